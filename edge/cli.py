@@ -1,0 +1,6 @@
+import click
+
+
+@click.group()
+def main():
+    """edgekit."""

@@ -1,0 +1,1 @@
+"""Federated and gossip training on Flower over simulated low-bandwidth links."""

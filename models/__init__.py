@@ -1,0 +1,1 @@
+"""The model zoo: one module per method, each trained small on CPU."""

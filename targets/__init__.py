@@ -1,0 +1,1 @@
+"""Named hardware targets as data files, and their loader."""
