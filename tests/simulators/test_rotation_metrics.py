@@ -35,5 +35,7 @@ def test_qsnr():
 
 def test_qsnr_orders_formats_by_precision():
     x = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
-    s = {f: qsnr(x, quantize_dequantize(x, f)) for f in ("mxint8", "mxfp8_e4m3", "mxfp6_e2m3", "mxfp4")}
-    assert s["mxint8"] > s["mxfp8_e4m3"] > s["mxfp6_e2m3"] > s["mxfp4"] > 15
+    s = {f: qsnr(x, quantize_dequantize(x, f)) for f in ("mxint8", "mxfp8_e4m3", "mxfp6_e2m3", "mxfp6_e3m2", "mxfp4")}
+    # at block 32 the crest factor is small: mantissa bits decide (E4M3 and E2M3 both have 3)
+    assert s["mxint8"] > s["mxfp8_e4m3"] > s["mxfp6_e3m2"] > s["mxfp4"] > 15
+    assert abs(s["mxfp8_e4m3"] - s["mxfp6_e2m3"]) < 1.0
