@@ -1,6 +1,175 @@
+"""The ``edgekit`` command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
 import click
 
+from . import __version__
+from .output import OUTPUT_FORMATS, markdown_table, write_result
 
-@click.group()
+
+class FormatName(click.ParamType):
+    """A number format name from the format table (``mxfp4``, ``mxint8@64``, ``nvfp4`` ...)."""
+
+    name = "format"
+
+    def convert(self, value, param, ctx):
+        from edgekit.simulators import get_format
+
+        try:
+            get_format(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+        return value.strip().lower()
+
+
+class BlockList(click.ParamType):
+    name = "blocks"
+
+    def convert(self, value, param, ctx):
+        if not isinstance(value, str):
+            return value
+        out = []
+        for item in value.split(","):
+            item = item.strip()
+            if item == "tensor":
+                out.append(item)
+            elif item.isdigit() and int(item) > 0:
+                out.append(int(item))
+            else:
+                self.fail(f"{item!r} is not a block size; use positive integers or 'tensor', "
+                          f"comma-separated (e.g. tensor,256,32)", param, ctx)
+        return out
+
+
+def output_options(default_name: str):
+    """``-o/--output PATH`` and ``--output-format md|json|csv``, shared by commands that write."""
+
+    def wrap(fn):
+        fn = click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default=None,
+                          help="File format of --output (default: from its suffix, else json).")(fn)
+        fn = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=default_name,
+                          show_default=True, help="Where to write the results.")(fn)
+        return fn
+
+    return wrap
+
+
+def resolve_output_format(path: Path | None, output_format: str | None) -> str:
+    if output_format:
+        return output_format
+    suffix = path.suffix.lstrip(".").lower() if path else ""
+    return suffix if suffix in OUTPUT_FORMATS else "json"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="edgekit")
 def main():
-    """edgekit."""
+    """edgekit: which number format fits a model on a device, and what it costs, measured."""
+
+
+@main.command()
+@output_options(default_name=None)
+def formats(output, output_format):
+    """List every number format: bits per element with scales, range, special values."""
+    from .format_table import format_rows
+
+    rows = format_rows()
+    text = markdown_table(rows)
+    click.echo(text)
+    if output:
+        from .provenance import provenance
+
+        path = write_result(output, resolve_output_format(output, output_format), {"formats": rows}, provenance(), text)
+        click.echo(f"wrote {path}", err=True)
+
+
+@main.command()
+@click.option("--format", "formats_", type=FormatName(), multiple=True,
+              help="Formats to measure (repeatable; default: every format, INT ones also with asymmetric clipping).")
+@click.option("--blocks", type=BlockList(), default="tensor,256,128,64,32,16", show_default=True,
+              help="Block sizes; 'tensor' is one scale for the whole tensor.")
+@click.option("--tensors", default="gaussian,laplace,student-t(3),outlier-channels,model",
+              show_default=True, help="Tensor families; 'model' is the trained digits MLP's weights.")
+@click.option("--rotation", type=click.Choice(["both", "none", "hadamard"]), default="both", show_default=True,
+              help="Measure without and/or with a 32x32 Hadamard rotation before quantizing.")
+@click.option("--rows", type=click.IntRange(1), default=512, show_default=True, help="Rows of each synthetic tensor.")
+@click.option("--cols", type=click.IntRange(32), default=1024, show_default=True,
+              help="Columns (the blocked axis) of each synthetic tensor; a multiple of 32.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@output_options(default_name="qsnr.json")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="PNG plot path (default: --output with a .png suffix).")
+def qsnr(formats_, blocks, tensors, rotation, rows, cols, seed, output, output_format, plot):
+    """The INT-vs-FP study: QSNR of each format across block sizes, tensor families and rotation."""
+    from tqdm import tqdm
+
+    from . import qsnr_study as study
+    from .plots import qsnr_plot
+    from .provenance import provenance
+
+    if cols % study.ROTATION_SIZE:
+        raise click.BadParameter(f"must be a multiple of {study.ROTATION_SIZE}, got {cols}", param_hint="--cols")
+    synthetic = study.synthetic_tensors(seed, (rows, cols))
+    wanted = [t.strip() for t in tensors.split(",") if t.strip()]
+    known = [*synthetic, "model"]
+    unknown = [t for t in wanted if t not in known]
+    if unknown or not wanted:
+        raise click.BadParameter(f"unknown {unknown}; allowed: {', '.join(known)}", param_hint="--tensors")
+    families = {name: [synthetic[name]] for name in wanted if name in synthetic}
+    if "model" in wanted:
+        click.echo("training the digits MLP for its weights ...", err=True)
+        families["model"] = study.model_weights(seed)
+    rotations = {"both": (False, True), "none": (False,), "hadamard": (True,)}[rotation]
+    fmt_names = list(formats_) or study.study_formats()
+    bar = lambda jobs, total: tqdm(jobs, total=total, desc="qsnr", unit="case", leave=False)
+    result = study.run_sweep(families, fmt_names, blocks, rotations, progress=bar)
+    sections = {"qsnr": result, "crossover": study.crossovers(result), "clipping_bias": study.clipping_bias(seed)}
+    text = render_qsnr(sections, blocks)
+    click.echo(text)
+    path = write_result(output, resolve_output_format(output, output_format), sections, provenance(seed), text)
+    plot = plot or output.with_suffix(".png")
+    qsnr_plot(result, plot, blocks, title="QSNR (dB) by block size: INT solid, FP dashed")
+    click.echo(f"wrote {path} and {plot}", err=True)
+
+
+def render_qsnr(sections: dict[str, list[dict]], blocks: list) -> str:
+    """Markdown: a QSNR pivot per rotation (rows tensor x block, a column per format), then summaries."""
+    rows = sections["qsnr"]
+    formats = list(dict.fromkeys(r["format"] for r in rows))
+    parts = []
+    for rotation in dict.fromkeys(r["rotation"] for r in rows):
+        pivot = []
+        for tensor in dict.fromkeys(r["tensor"] for r in rows):
+            for block in blocks:
+                cells = {r["format"]: r["qsnr_db"] for r in rows
+                         if (r["tensor"], r["rotation"], r["block"]) == (tensor, rotation, block)}
+                if cells:
+                    pivot.append({"tensor": tensor, "block": block, **cells})
+        parts.append(f"### QSNR (dB), rotation: {rotation}\n\n" + markdown_table(pivot, ["tensor", "block", *formats]))
+    parts.append("### Where INT overtakes FP\n\n" + markdown_table(sections["crossover"]))
+    parts.append("### Gradient bias of INT8 clipping (mean of Q(x) - x, BF16 Gaussian input)\n\n"
+                 + markdown_table(sections["clipping_bias"]))
+    return "\n\n".join(parts)
+
+
+@main.command()
+@output_options(default_name=None)
+@click.option("--seed", type=int, default=0, show_default=True)
+def demo(output, output_format, seed):
+    """Quantize a built-in tensor and a small trained model in every format; print what it costs."""
+    from .demo import run_demo, render_demo
+    from .provenance import provenance
+
+    sections = run_demo(seed, log=lambda msg: click.echo(msg, err=True))
+    text = render_demo(sections)
+    click.echo(text)
+    if output:
+        path = write_result(output, resolve_output_format(output, output_format), sections, provenance(seed), text)
+        click.echo(f"wrote {path}", err=True)
+
+
+if __name__ == "__main__":
+    main()

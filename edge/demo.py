@@ -1,0 +1,70 @@
+"""``edgekit demo``: every format on a built-in tensor and on a small trained model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from edgekit.simulators import FORMATS, quantize, quantize_dequantize
+from edgekit.simulators.metrics import qsnr
+
+from .format_table import format_rows
+from .output import markdown_table
+from .qsnr_study import synthetic_tensors
+
+
+def tensor_rows(seed: int) -> list[dict]:
+    """QSNR of each format at its own block size on the built-in tensors (256 x 1024)."""
+    tensors = synthetic_tensors(seed, (256, 1024))
+    rows = []
+    for name in FORMATS:
+        row = {"format": name}
+        for tname in ("gaussian", "outlier-channels"):
+            x = tensors[tname]
+            row[f"{tname} QSNR dB"] = qsnr(x, quantize_dequantize(x, name))
+        rows.append(row)
+    return rows
+
+
+def model_rows(seed: int, log: Callable[[str], None]) -> list[dict]:
+    """Test accuracy, weight QSNR and packed size of the digits MLP in each format."""
+    from edgekit.models.digits import DigitsConfig, accuracy, train
+    from edgekit.models.weights import quantizable_weights, quantized_copy
+
+    config = DigitsConfig(seed=seed)
+    log("training the digits MLP on scikit-learn's digits (a few seconds) ...")
+    model = train(config)
+    weights = [w.detach().numpy() for w in quantizable_weights(model).values()]
+    n_weights = sum(w.size for w in weights)
+    rows = [{"format": "fp32", "bits/weight": 32.0, "weight bytes": 4 * n_weights,
+             "weight QSNR dB": float("inf"), "test accuracy": accuracy(model, config)}]
+    for name in FORMATS:
+        log(f"  {name}")
+        packed = [quantize(np.ascontiguousarray(w), name, axis=1) for w in weights]
+        nbytes = sum(q.nbytes for q in packed)
+        qmodel = quantized_copy(model, name)
+        noise = sum(float(((qw.detach().numpy().astype(np.float64) - w) ** 2).sum())
+                    for qw, w in zip(quantizable_weights(qmodel).values(), weights))
+        signal = sum(float((w.astype(np.float64) ** 2).sum()) for w in weights)
+        rows.append({
+            "format": name,
+            "bits/weight": 8 * nbytes / n_weights,
+            "weight bytes": nbytes,
+            "weight QSNR dB": -10 * np.log10(noise / signal),
+            "test accuracy": accuracy(qmodel, config),
+        })
+    return rows
+
+
+def run_demo(seed: int = 0, log: Callable[[str], None] = lambda msg: None) -> dict[str, list[dict]]:
+    return {"formats": format_rows(), "tensor_qsnr": tensor_rows(seed), "model": model_rows(seed, log)}
+
+
+def render_demo(sections: dict[str, list[dict]]) -> str:
+    return "\n\n".join([
+        "### Formats\n\n" + markdown_table(sections["formats"]),
+        "### Built-in tensors (256 x 1024, blocks of consecutive elements in each row)\n\n" + markdown_table(sections["tensor_qsnr"]),
+        "### Digits MLP (sklearn digits, 64-256-256-10), weights quantized along input channels\n\n"
+        + markdown_table(sections["model"]),
+    ])
