@@ -55,6 +55,9 @@ def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
     try:
         with os.fdopen(fd, mode) as f:
             f.write(data)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; results are ordinary files
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

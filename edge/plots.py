@@ -58,6 +58,6 @@ def qsnr_plot(rows: list[dict], path, blocks: list, title: str = "QSNR by block 
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0.035 * legend_rows * 2 / len(rotations), 1, 1))
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=90)
     plt.close(fig)
     atomic_write(path, buf.getvalue())
