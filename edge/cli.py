@@ -124,7 +124,8 @@ def qsnr(formats_, blocks, tensors, rotation, rows, cols, seed, output, output_f
         families["model"] = study.model_weights(seed)
     rotations = {"both": (False, True), "none": (False,), "hadamard": (True,)}[rotation]
     fmt_names = list(formats_) or study.study_formats()
-    bar = lambda jobs, total: tqdm(jobs, total=total, desc="qsnr", unit="case", leave=False)
+    def bar(jobs, total):
+        return tqdm(jobs, total=total, desc="qsnr", unit="case", leave=False)
     result = study.run_sweep(families, fmt_names, blocks, rotations, progress=bar)
     sections = {"qsnr": result, "crossover": study.crossovers(result), "clipping_bias": study.clipping_bias(seed)}
     text = render_qsnr(sections, blocks)
@@ -160,7 +161,7 @@ def render_qsnr(sections: dict[str, list[dict]], blocks: list) -> str:
 @click.option("--seed", type=int, default=0, show_default=True)
 def demo(output, output_format, seed):
     """Quantize a built-in tensor and a small trained model in every format; print what it costs."""
-    from .demo import run_demo, render_demo
+    from .demo import render_demo, run_demo
     from .provenance import provenance
 
     sections = run_demo(seed, log=lambda msg: click.echo(msg, err=True))

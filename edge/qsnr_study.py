@@ -17,7 +17,6 @@ import ml_dtypes
 import numpy as np
 
 from edgekit.simulators import FORMATS, get_format, quantize_dequantize
-from edgekit.simulators.metrics import qsnr
 from edgekit.simulators.rotation import rotate_blocks
 
 BLOCK_SIZES = ("tensor", 256, 128, 64, 32, 16)

@@ -182,10 +182,6 @@ class ScaleType:
         vals[255] = np.nan
         return vals
 
-    @property
-    def has_nan(self) -> bool:
-        return True
-
 
 @dataclass(frozen=True)
 class BlockFormat:

@@ -70,5 +70,6 @@ def mx_dot(a: QuantizedTensor, b: QuantizedTensor) -> np.float32:
     for q, name in ((a, "a"), (b, "b")):
         if not isinstance(q, QuantizedTensor) or len(q.shape) != 1:
             raise ValueError(f"{name} must be a 1-D QuantizedTensor")
-    row = lambda q: QuantizedTensor(q.format, (1,) + q.shape, 1, q.codes, q.scales, q.tensor_scale, q.scale_rule)
+    def row(q):
+        return QuantizedTensor(q.format, (1,) + q.shape, 1, q.codes, q.scales, q.tensor_scale, q.scale_rule)
     return mx_matmul(row(a), row(b))[0, 0]

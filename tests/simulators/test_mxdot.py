@@ -42,7 +42,8 @@ def test_mx_matmul_matches_row_dots():
     b = quantize(rng.standard_normal((3, 96)).astype(np.float32), "mxint8")
     c = mx_matmul(a, b)
     np.testing.assert_allclose(c, dequantize(a) @ dequantize(b).T, rtol=1e-5, atol=1e-5)
-    row = lambda q, i: quantize(dequantize(q)[i], q.format)
+    def row(q, i):
+        return quantize(dequantize(q)[i], q.format)
     assert c[2, 1] == mx_dot(row(a, 2), row(b, 1))
 
 
