@@ -157,14 +157,18 @@ def render_qsnr(sections: dict[str, list[dict]], blocks: list) -> str:
 
 
 @main.command()
+@click.option("--format", "formats_", type=FormatName(), multiple=True,
+              help="Formats to run (repeatable; default: every format).")
 @output_options(default_name=None)
 @click.option("--seed", type=int, default=0, show_default=True)
-def demo(output, output_format, seed):
+def demo(formats_, output, output_format, seed):
     """Quantize a built-in tensor and a small trained model in every format; print what it costs."""
+    from edgekit.simulators import FORMATS
+
     from .demo import render_demo, run_demo
     from .provenance import provenance
 
-    sections = run_demo(seed, log=lambda msg: click.echo(msg, err=True))
+    sections = run_demo(list(formats_) or list(FORMATS), seed, log=lambda msg: click.echo(msg, err=True))
     text = render_demo(sections)
     click.echo(text)
     if output:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgekit.simulators import FORMATS, quantize, quantize_dequantize
+from edgekit.simulators import quantize, quantize_dequantize
 from edgekit.simulators.metrics import qsnr
 
 from .format_table import format_rows
@@ -14,11 +14,11 @@ from .output import markdown_table
 from .qsnr_study import synthetic_tensors
 
 
-def tensor_rows(seed: int) -> list[dict]:
+def tensor_rows(formats: list[str], seed: int) -> list[dict]:
     """QSNR of each format at its own block size on the built-in tensors (256 x 1024)."""
     tensors = synthetic_tensors(seed, (256, 1024))
     rows = []
-    for name in FORMATS:
+    for name in formats:
         row = {"format": name}
         for tname in ("gaussian", "outlier-channels"):
             x = tensors[tname]
@@ -27,7 +27,7 @@ def tensor_rows(seed: int) -> list[dict]:
     return rows
 
 
-def model_rows(seed: int, log: Callable[[str], None]) -> list[dict]:
+def model_rows(formats: list[str], seed: int, log: Callable[[str], None]) -> list[dict]:
     """Test accuracy, weight QSNR and packed size of the digits MLP in each format."""
     from edgekit.models.digits import DigitsConfig, accuracy, train
     from edgekit.models.weights import quantizable_weights, quantized_copy
@@ -39,7 +39,7 @@ def model_rows(seed: int, log: Callable[[str], None]) -> list[dict]:
     n_weights = sum(w.size for w in weights)
     rows = [{"format": "fp32", "bits/weight": 32.0, "weight bytes": 4 * n_weights,
              "weight QSNR dB": float("inf"), "test accuracy": accuracy(model, config)}]
-    for name in FORMATS:
+    for name in formats:
         log(f"  {name}")
         packed = [quantize(np.ascontiguousarray(w), name, axis=1) for w in weights]
         nbytes = sum(q.nbytes for q in packed)
@@ -57,8 +57,9 @@ def model_rows(seed: int, log: Callable[[str], None]) -> list[dict]:
     return rows
 
 
-def run_demo(seed: int = 0, log: Callable[[str], None] = lambda msg: None) -> dict[str, list[dict]]:
-    return {"formats": format_rows(), "tensor_qsnr": tensor_rows(seed), "model": model_rows(seed, log)}
+def run_demo(formats: list[str], seed: int = 0, log: Callable[[str], None] = lambda msg: None) -> dict[str, list[dict]]:
+    return {"formats": format_rows(), "tensor_qsnr": tensor_rows(formats, seed),
+            "model": model_rows(formats, seed, log)}
 
 
 def render_demo(sections: dict[str, list[dict]]) -> str:

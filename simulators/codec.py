@@ -173,6 +173,9 @@ def quantize(x, format: str | BlockFormat = "mxfp4", axis: int = -1, *, scale_ru
     if block_size is not None:
         fmt = fmt.with_block_size(block_size)
     rule = check_scale_rule(scale_rule)
+    if fmt.scale.element is not None and scale_rule != "floor":
+        raise ValueError(f"scale_rule chooses E8M0 exponents; {fmt.name}'s {fmt.scale.name} block scales are "
+                         f"rounded to nearest, so leave scale_rule at 'floor' (got {scale_rule!r})")
     x = as_array(x)
     axis = check_axis(axis, x.ndim)
     bits, lut = fp32_bits(x)

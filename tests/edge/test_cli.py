@@ -78,3 +78,9 @@ def test_demo_runs_end_to_end(tmp_path):
     assert model["mxfp4"]["bits/weight"] == pytest.approx(4.25)
     assert model["mxint8"]["weight QSNR dB"] > model["mxfp8_e4m3"]["weight QSNR dB"] > model["mxfp4"]["weight QSNR dB"]
     assert len(data["tensor_qsnr"]) == 8
+
+
+def test_demo_takes_a_format_subset():
+    result = run("demo", "--format", "mxfp4", "--format", "nvfp4")
+    assert result.exit_code == 0
+    assert "| mxfp4 | 4.25 |" in result.output and "| mxint8 | 8.25 |" not in result.output

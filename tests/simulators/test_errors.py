@@ -26,6 +26,7 @@ X = np.ones((4, 64), np.float32)
         (lambda: quantize(X, "mxfp6", block_size=6), r"block_size must be a positive multiple of 4"),
         (lambda: quantize(X, block_size=True), r"block_size"),
         (lambda: quantize(X, scale_rule="round"), r"scale_rule must be one of floor, ceil, rceil"),
+        (lambda: quantize(X, "nvfp4", scale_rule="ceil"), r"nvfp4's e4m3 block scales are rounded to nearest"),
         (lambda: quantize(np.ones((4, 64), np.float32)[:, ::2]), r"x must be C-contiguous"),
         (lambda: quantize(np.ones((0, 64), np.float32)), r"non-empty"),
         (lambda: quantize(np.float32(1.0)), r"NumPy array or torch tensor"),
