@@ -25,7 +25,7 @@ from numba.extending import overload
 FP32_INF = 0x7F800000
 E8M0_NAN = 0xFF
 E4M3_NAN = 0x7F
-RULE_FLOOR, RULE_CEIL, RULE_RCEIL = 0, 1, 2
+RULE_FLOOR, RULE_RCEIL = 0, 2  # indices in formats.SCALE_RULES (1 is ceil)
 SCALE_E8M0, SCALE_E4M3 = 0, 1
 FAST_BLOCK = 32  # the MX block size, given loop nests of its own
 
@@ -118,8 +118,8 @@ def element_value(code, ek):
 def block_scale(amax_bits, scale_kind, sc):
     """(scale code, FP32 multiplier that maps the block onto the element grid).
 
-    ``scale_kind`` is a compile-time constant: the E4M3 path, even untaken, would
-    keep LLVM from vectorizing the E8M0 element loops it sits beside.
+    On the fast path ``scale_kind`` is a compile-time constant: the E4M3 branch, even
+    untaken, would keep LLVM from vectorizing the E8M0 element loops beside it.
     """
     _kind, rule, emax, rcp_max, elem_max, ts, sk = sc
     if amax_bits >= FP32_INF:
