@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from edgekit.simulators import quantize, quantize_dequantize
-from edgekit.simulators.metrics import qsnr
+from edgekit.simulators import dequantize, quantize, quantize_dequantize
+from edgekit.simulators.metrics import qsnr, qsnr_over
 
 from .format_table import format_rows
 from .output import markdown_table
@@ -43,16 +43,12 @@ def model_rows(formats: list[str], seed: int, log: Callable[[str], None]) -> lis
         log(f"  {name}")
         packed = [quantize(np.ascontiguousarray(w), name, axis=1) for w in weights]
         nbytes = sum(q.nbytes for q in packed)
-        qmodel = quantized_copy(model, name)
-        noise = sum(float(((qw.detach().numpy().astype(np.float64) - w) ** 2).sum())
-                    for qw, w in zip(quantizable_weights(qmodel).values(), weights))
-        signal = sum(float((w.astype(np.float64) ** 2).sum()) for w in weights)
         rows.append({
             "format": name,
             "bits/weight": 8 * nbytes / n_weights,
             "weight bytes": nbytes,
-            "weight QSNR dB": -10 * np.log10(noise / signal),
-            "test accuracy": accuracy(qmodel, config),
+            "weight QSNR dB": qsnr_over((w, dequantize(q)) for w, q in zip(weights, packed)),
+            "test accuracy": accuracy(quantized_copy(model, name), config),
         })
     return rows
 

@@ -17,6 +17,7 @@ import ml_dtypes
 import numpy as np
 
 from edgekit.simulators import FORMATS, get_format, quantize_dequantize
+from edgekit.simulators.metrics import qsnr_over
 from edgekit.simulators.rotation import rotate_blocks
 
 BLOCK_SIZES = ("tensor", 256, 128, 64, 32, 16)
@@ -59,21 +60,20 @@ def block_qsnr(tensors: list[np.ndarray], fmt_name: str, block, rotate: bool) ->
     ``block="tensor"`` quantizes each tensor as one block with one scale. A rotation is
     orthogonal, so the error measured in the rotated basis is the error in the original.
     """
-    noise = signal = 0.0
+    fmt = get_format(fmt_name)
+    pairs = []
     for x in tensors:
         if rotate:
             x = rotate_blocks(x, ROTATION_SIZE, axis=-1)
-        fmt = get_format(fmt_name)
+        x = np.ascontiguousarray(x)
         if block == "tensor":
-            flat = np.ascontiguousarray(x).reshape(-1)
+            flat = x.reshape(-1)
             size = math.ceil(flat.size / fmt.codes_per_group) * fmt.codes_per_group
             xq = quantize_dequantize(flat, fmt, block_size=size).reshape(x.shape)
         else:
-            xq = quantize_dequantize(np.ascontiguousarray(x), fmt, block_size=block)
-        x64 = x.astype(np.float64)
-        noise += float(np.sum((xq - x64) ** 2))
-        signal += float(np.sum(x64 * x64))
-    return math.inf if noise == 0 else -10.0 * math.log10(noise / signal)
+            xq = quantize_dequantize(x, fmt, block_size=block)
+        pairs.append((x, xq))
+    return qsnr_over(pairs)
 
 
 def run_sweep(tensors: dict[str, list[np.ndarray]], formats: Iterable[str], blocks: Iterable,
