@@ -1,0 +1,73 @@
+"""The quantization plan: which layer's weight is stored in which format.
+
+A plan maps module names (``model.named_modules()``) of Linear and Conv layers to a
+weight format: a block format from the simulators' table (``mxfp4``, ``nvfp4`` ...)
+or one of the float baselines ``fp32`` / ``fp16``. Every pass downstream (lowering,
+ONNX export, manifests) reads the plan, so it is plain data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from torch import nn
+
+from edgekit.simulators import BlockFormat, format_names, get_format
+
+BASELINES = ("fp32", "fp16")
+PLANNED_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
+
+
+def weight_format_names() -> list[str]:
+    """Every name a plan entry may hold."""
+    return list(BASELINES) + format_names()
+
+
+def check_weight_format(name: str) -> str:
+    """The canonical name of a plan entry (``mxfp8`` -> ``mxfp8_e4m3``), or a clear error."""
+    if not isinstance(name, str):
+        raise ValueError(f"format must be a string; allowed: {', '.join(weight_format_names())}")
+    text = name.strip().lower()
+    if text in BASELINES:
+        return text
+    fmt = get_format(text)
+    return fmt.name + (f"@{fmt.block_size}" if "@" in text else "")
+
+
+def block_format(name: str) -> BlockFormat | None:
+    """The simulators' format of a plan entry; None for the float baselines."""
+    return None if name in BASELINES else get_format(name)
+
+
+def plannable_layers(model: nn.Module) -> dict[str, nn.Module]:
+    """The Linear/Conv modules of ``model`` by name: what a plan may quantize."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, PLANNED_LAYERS)}
+
+
+def make_plan(model: nn.Module, default: str = "mxfp4", overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every Linear/Conv weight gets ``default``; ``overrides`` names layers that differ.
+
+    A layer whose input-channel count is not a multiple of the format's block size is
+    still planned: the codecs pad its last block, and the lowering handles the tail.
+    """
+    default = check_weight_format(default)
+    layers = plannable_layers(model)
+    plan = dict.fromkeys(layers, default)
+    for layer, fmt in (overrides or {}).items():
+        if layer not in layers:
+            known = ", ".join(layers) or "(none)"
+            raise ValueError(f"plan override names layer {layer!r}, which is not a Linear/Conv layer of "
+                             f"the model; layers: {known}")
+        plan[layer] = check_weight_format(fmt)
+    return plan
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    """``["fc1=mxint8", "head=fp16"]`` -> ``{"fc1": "mxint8", "head": "fp16"}`` (CLI ``--layer``)."""
+    out = {}
+    for item in items:
+        layer, sep, fmt = item.partition("=")
+        if not sep or not layer.strip() or not fmt.strip():
+            raise ValueError(f"layer override {item!r} must look like NAME=FORMAT (e.g. fc1=mxint8)")
+        out[layer.strip()] = fmt.strip()
+    return out
