@@ -87,6 +87,33 @@ def formats(output, output_format):
 
 
 @main.command()
+@click.argument("specs", nargs=-1, metavar="[SPEC]...")
+@output_options(default_name=None)
+def targets(specs, output, output_format):
+    """List hardware targets: memory, bandwidth, peak TFLOP/s, native formats, TVM target, runs here.
+
+    Without SPEC, every registry target. A SPEC is a registry name, any TVM tag
+    (tvm.target.list_tags()) or a TVM target as a JSON dict, e.g. '{"kind": "cuda", "arch": "sm_90"}'.
+    """
+    from edgekit.targets import load_target
+
+    from .target_table import target_rows
+
+    try:
+        loaded = [load_target(s) for s in specs]
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="SPEC") from None
+    rows = target_rows(loaded or None)
+    text = markdown_table(rows)
+    click.echo(text)
+    if output:
+        from .provenance import provenance
+
+        path = write_result(output, resolve_output_format(output, output_format), {"targets": rows}, provenance(), text)
+        click.echo(f"wrote {path}", err=True)
+
+
+@main.command()
 @click.option("--format", "formats_", type=FormatName(), multiple=True,
               help="Formats to measure (repeatable; default: every format, INT ones also with asymmetric clipping).")
 @click.option("--blocks", type=BlockList(), default="tensor,256,128,64,32,16", show_default=True,
