@@ -1,0 +1,421 @@
+"""Export a torch model to standard ONNX with its planned weights stored as packed codes.
+
+Each weight the plan quantizes is kept in the file as the simulators' own bytes
+(:class:`~edgekit.simulators.QuantizedTensor` ``codes`` and ``scales``, uint8, in the
+shapes the codecs store them) and decoded inside the graph with standard ONNX ops only:
+
+* unpack: 8-bit codes are used as they are; 4-bit codes (FP4/INT4, two per byte, low
+  nibble first) by ``BitwiseAnd`` / ``BitShift`` then ``Unsqueeze`` + ``Concat`` +
+  ``Reshape``; 6-bit codes (four per three bytes, LSB first) by ``Reshape`` to byte
+  triples, ``Gather`` of each byte, ``BitShift`` / ``BitwiseAnd`` / ``BitwiseOr`` into
+  four codes, then ``Unsqueeze`` + ``Concat`` + ``Reshape``;
+* decode: ``Cast`` to int32 and ``Gather`` from the element value table
+  (``kernel_tables``: every one of the 2^bits codes, float32), ``Reshape`` into blocks,
+  times the block scale (``Gather`` from the 256-entry scale table, ``Unsqueeze`` to
+  broadcast over the block); NVFP4 then multiplies by its FP32 tensor scale. This is the
+  operation order and float32 rounding of ``kernels.decode``, so the result is bit-exact
+  with :func:`edgekit.simulators.dequantize`;
+* layout: ``Reshape`` the blocks back into rows, ``Slice`` off the padding of a partial
+  last block, and ``Transpose`` the input-channel axis back into place (Conv weights).
+
+The decoded tensor takes the name of the initializer it replaces (``fc1.weight``), so
+the MatMul / Gemm / Conv that read it are left untouched.
+
+The float graph comes from PyTorch's TorchScript exporter (``torch.onnx.export(...,
+dynamo=False)``; the dynamo exporter needs onnxscript, which is not installed), in eval
+mode and without constant folding: folding would fuse BatchNorm into Conv weights and
+pre-transpose MatMul weights under generated names, and the planned weights could no
+longer be found by name. onnxruntime folds the constant subgraphs itself when it loads
+the model.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper, numpy_helper
+from torch import nn
+
+from edgekit.simulators import QuantizedTensor, quantize
+from edgekit.simulators.codec import kernel_tables
+
+from .plan import block_format, check_weight_format, plannable_layers
+
+DEFAULT_OPSET = 18  # BitwiseAnd / BitwiseOr need opset 18
+MIN_OPSET = 18
+MAX_OPSET = 20  # the newest opset torch's TorchScript exporter writes
+PREFIX = "edgekit_decode::"  # names of the tensors the decode subgraphs add
+MAX_PROTO_BYTES = 2**31 - 1  # protobuf's limit for one serialized model
+
+
+class _Builder:
+    """Nodes and initializers of one decode subgraph, with generated tensor names."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: dict[str, TensorProto] = {}
+        self.count = 0
+
+    def const(self, key: str, array: np.ndarray) -> str:
+        """A shared constant (same name in every subgraph, deduplicated on export)."""
+        tensor_name = PREFIX + key
+        if tensor_name not in self.inits:
+            self.inits[tensor_name] = numpy_helper.from_array(np.asarray(array), tensor_name)
+        return tensor_name
+
+    def own(self, key: str, array: np.ndarray) -> str:
+        """An initializer that belongs to this weight alone."""
+        tensor_name = f"{self.name}::{key}"
+        self.inits[tensor_name] = numpy_helper.from_array(np.asarray(array), tensor_name)
+        return tensor_name
+
+    def u8(self, value: int) -> str:
+        return self.const(f"u8_{value}", np.array(value, np.uint8))
+
+    def i64(self, values) -> str:
+        values = [int(v) for v in np.atleast_1d(values)]
+        return self.const("i64_" + "_".join(str(v) for v in values), np.array(values, np.int64))
+
+    def scalar_i64(self, value: int) -> str:
+        return self.const(f"i64_scalar_{value}", np.array(value, np.int64))
+
+    def op(self, op_type: str, inputs: list[str], tag: str, **attrs) -> str:
+        self.count += 1
+        out = f"{self.name}::{tag}"
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"{self.name}::decode/{self.count}_{tag}",
+                                           **attrs))
+        return out
+
+    def reshape(self, x: str, shape: tuple, tag: str) -> str:
+        return self.op("Reshape", [x, self.i64(shape)], tag)
+
+    def finish(self, last: str) -> str:
+        """Rename the last node's output to the weight's own name."""
+        node = self.nodes[-1]
+        assert node.output[0] == last
+        node.output[0] = self.name
+        return self.name
+
+
+def _stack_last(b: _Builder, parts: list[str], lead: tuple, width: int, tag: str) -> str:
+    """Interleave ``parts`` (each ``lead + (width,)``) along the last axis: ``lead + (width * len(parts),)``."""
+    axis = b.i64([-1])
+    cols = [b.op("Unsqueeze", [p, axis], f"{tag}_col{k}") for k, p in enumerate(parts)]
+    stacked = b.op("Concat", cols, f"{tag}_stack", axis=-1)
+    return b.reshape(stacked, lead + (width * len(parts),), tag)
+
+
+def _unpack(b: _Builder, codes: str, bits: int, lead: tuple, row_bytes: int) -> str:
+    """uint8 codes, one per element, from the packed bytes (the layout of ``reference.unpack_codes``)."""
+    if bits == 8:
+        return codes
+    if bits == 4:
+        lo = b.op("BitwiseAnd", [codes, b.u8(0x0F)], "lo_nibble")
+        hi = b.op("BitShift", [codes, b.u8(4)], "hi_nibble", direction="RIGHT")
+        return _stack_last(b, [lo, hi], lead, row_bytes, "unpacked")
+    if bits == 6:
+        groups = row_bytes // 3
+        triples = b.reshape(codes, lead + (groups, 3), "byte_triples")
+        b0, b1, b2 = (b.op("Gather", [triples, b.scalar_i64(k)], f"byte{k}", axis=-1) for k in range(3))
+        c0 = b.op("BitwiseAnd", [b0, b.u8(63)], "code0")
+        c1 = b.op("BitwiseOr", [
+            b.op("BitShift", [b0, b.u8(6)], "code1_lo", direction="RIGHT"),
+            b.op("BitShift", [b.op("BitwiseAnd", [b1, b.u8(15)], "code1_hi_bits"), b.u8(2)], "code1_hi",
+                 direction="LEFT"),
+        ], "code1")
+        c2 = b.op("BitwiseOr", [
+            b.op("BitShift", [b1, b.u8(4)], "code2_lo", direction="RIGHT"),
+            b.op("BitShift", [b.op("BitwiseAnd", [b2, b.u8(3)], "code2_hi_bits"), b.u8(4)], "code2_hi",
+                 direction="LEFT"),
+        ], "code2")
+        c3 = b.op("BitShift", [b2, b.u8(2)], "code3", direction="RIGHT")
+        return _stack_last(b, [c0, c1, c2, c3], lead, groups, "unpacked")
+    raise ValueError(f"no ONNX unpacking for {bits}-bit codes (8, 6 and 4 are supported)")
+
+
+def decode_weight_nodes(name: str, q: QuantizedTensor) -> tuple[list[onnx.NodeProto], list[TensorProto], str]:
+    """The decode subgraph of one quantized tensor: ``(nodes, initializers, output_name)``.
+
+    The initializers hold ``q.codes`` and ``q.scales`` byte for byte (uint8, stored
+    shapes), the float32 value tables, and small constants whose names start with
+    ``edgekit_decode::`` (shared by every subgraph). The nodes compute
+    ``dequantize(q)`` bit-exactly into the float32 tensor ``output_name`` (= ``name``),
+    of shape ``q.shape``.
+    """
+    if not isinstance(q, QuantizedTensor):
+        raise ValueError(f"q must be a QuantizedTensor, got {type(q).__name__}")  # noqa: TRY004
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty string, got {name!r}")
+    fmt = q.format
+    bits, block = fmt.element.bits, fmt.block_size
+    lead, row_bytes = q.codes.shape[:-1], q.codes.shape[-1]
+    n_blocks = q.scales.shape[-1]
+    n = q.shape[q.axis]
+    values, scale_values = kernel_tables(fmt)
+
+    b = _Builder(name)
+    codes = b.own("codes", q.codes)
+    scales = b.own("scales", q.scales)
+    element_table = b.const(f"values_{fmt.element.name}", values)
+    scale_table = b.const(f"scales_{fmt.scale.name}", scale_values)
+
+    unpacked = _unpack(b, codes, bits, lead, row_bytes)
+    index = b.op("Cast", [unpacked], "code_index", to=TensorProto.INT32)
+    elements = b.op("Gather", [element_table, index], "elements", axis=0)
+    blocks = b.reshape(elements, lead + (n_blocks, block), "element_blocks")
+    scale_index = b.op("Cast", [scales], "scale_index", to=TensorProto.INT32)
+    scale = b.op("Gather", [scale_table, scale_index], "block_scale", axis=0)
+    scale = b.op("Unsqueeze", [scale, b.i64([-1])], "block_scale_col")
+    out = b.op("Mul", [blocks, scale], "scaled")
+    if fmt.tensor_scale:
+        ts = b.own("tensor_scale", np.array(q.tensor_scale, np.float32))
+        out = b.op("Mul", [out, ts], "tensor_scaled")
+    out = b.reshape(out, lead + (n_blocks * block,), "rows")
+    if n_blocks * block != n:
+        out = b.op("Slice", [out, b.i64([0]), b.i64([n]), b.i64([-1])], "trimmed")
+    ndim = len(q.shape)
+    if q.axis != ndim - 1:
+        perm = [d if d < q.axis else (ndim - 1 if d == q.axis else d - 1) for d in range(ndim)]
+        out = b.op("Transpose", [out], "transposed", perm=perm)
+    return b.nodes, list(b.inits.values()), b.finish(out)
+
+
+def onnx_session(path, providers=None):
+    """An onnxruntime session at ``ORT_ENABLE_BASIC``.
+
+    Higher levels fuse dequantize patterns into kernels whose numerics differ from the
+    simulators (see NOTES); BASIC only folds constants and removes redundant nodes.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    return ort.InferenceSession(os.fspath(path), options, providers=providers or ["CPUExecutionProvider"])
+
+
+# ---- export ------------------------------------------------------------------
+def _check_path(path) -> Path:
+    try:
+        target = Path(os.fspath(path))
+    except TypeError:
+        raise ValueError(f"path must be a str or os.PathLike, got {type(path).__name__}") from None
+    if target.is_dir():
+        raise ValueError(f"path {str(target)!r} is a directory; give a file name such as model.onnx")
+    parent = target.parent
+    if not parent.is_dir():
+        raise ValueError(f"cannot write {str(target)!r}: directory {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot write {str(target)!r}: directory {str(parent)!r} is not writable")
+    return target
+
+
+def _check_plan(model: nn.Module, plan) -> dict[str, str]:
+    if not isinstance(plan, dict):
+        raise ValueError(  # noqa: TRY004
+            f"plan must be a dict of layer name -> format (see compilers.plan.make_plan), got {type(plan).__name__}")
+    layers = plannable_layers(model)
+    checked = {}
+    for layer, fmt in plan.items():
+        if layer not in layers:
+            known = ", ".join(layers) or "(none)"
+            raise ValueError(f"plan names layer {layer!r}, which is not a Linear/Conv layer of "
+                             f"{type(model).__name__}; layers: {known}")
+        checked[layer] = check_weight_format(fmt)
+    return checked
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _float_graph(model: nn.Module, example_inputs: tuple, opset: int) -> onnx.ModelProto:
+    """The model's float ONNX graph from the TorchScript exporter, weights named as parameters."""
+    buffer = io.BytesIO()
+    names = [f"input{i}" for i in range(len(example_inputs))]
+    all_tensors = all(isinstance(x, torch.Tensor) for x in example_inputs)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter is deprecated
+            warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            torch.onnx.export(
+                model, example_inputs, buffer, dynamo=False, export_params=True,
+                keep_initializers_as_inputs=False, opset_version=opset,
+                training=torch.onnx.TrainingMode.EVAL, do_constant_folding=False,
+                input_names=names if all_tensors else None,
+            )
+        return onnx.load_from_string(buffer.getvalue())
+    except Exception as error:  # the exporter raises many types; report its first line
+        raise ValueError(f"torch.onnx.export could not export {type(model).__name__}: "
+                         f"{type(error).__name__}: {_first_line(error)}") from error
+
+
+def _weight_array(module: nn.Module, layer: str) -> np.ndarray:
+    weight = getattr(module, "weight", None)
+    if not isinstance(weight, torch.Tensor):
+        raise ValueError(f"layer {layer!r} has no weight tensor")  # noqa: TRY004
+    if weight.dtype != torch.float32:
+        raise ValueError(f"layer {layer!r} has a {weight.dtype} weight; export_onnx expects a float32 model "
+                         f"(call model.float() first)")
+    return weight.detach().cpu().contiguous().numpy()
+
+
+def _layer_entry(fmt_name: str, shape: tuple, codes_bytes: int, scales_bytes: int, extra_bytes: int = 0) -> dict:
+    numel = math.prod(shape)
+    return {
+        "format": fmt_name,
+        "shape": list(shape),
+        "codes_bytes": int(codes_bytes),
+        "scales_bytes": int(scales_bytes),
+        "weight_bits": 8.0 * (codes_bytes + scales_bytes + extra_bytes) / numel,
+        "numel": int(numel),
+        "tensor_scale_bytes": int(extra_bytes),
+    }
+
+
+def _write_atomically(data: bytes, target: Path) -> None:
+    """Write ``data`` to a temporary file beside ``target``, then rename it into place."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as error:
+        raise OSError(f"cannot write {str(target)!r}: {error.strerror or error}") from error
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException as error:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(error, OSError):
+            raise OSError(f"cannot write {str(target)!r}: {error.strerror or error}") from error
+        raise
+
+
+def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], path, *,
+                opset: int = DEFAULT_OPSET) -> dict:
+    """Export ``model`` to standard ONNX at ``path`` with the planned weights stored packed.
+
+    plan: layer name -> weight format (``compilers.plan.make_plan``): ``fp32`` keeps the
+    float weight, ``fp16`` stores it as float16 and casts it in the graph, a block format
+    stores the codes of ``quantize(w, fmt, axis=1)`` (blocks along input channels) and
+    decodes them in the graph (:func:`decode_weight_nodes`). Layers not in the plan keep
+    their float weights.
+
+    Returns ``{"path", "opset", "layers": {name: {format, shape, codes_bytes,
+    scales_bytes, weight_bits, numel, tensor_scale_bytes}}, "totals": {...}}``; the
+    weight_bits count padding, block scales and the NVFP4 tensor scale. The file is
+    written to a temporary file in the same directory and renamed into place, so a
+    failure leaves no partial ``.onnx``.
+    """
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")  # noqa: TRY004
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, tuple) or not example_inputs:
+        raise ValueError(f"example_inputs must be a non-empty tuple of inputs, got {type(example_inputs).__name__}")
+    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ValueError(f"opset must be an integer in [{MIN_OPSET}, {MAX_OPSET}] (BitwiseAnd needs 18; the "
+                         f"TorchScript exporter writes at most {MAX_OPSET}), got {opset!r}")
+    target = _check_path(path)
+    plan = _check_plan(model, plan)
+    modules = dict(model.named_modules())
+
+    onnx_model = _float_graph(model, example_inputs, opset)
+    graph = onnx_model.graph
+    inits = {t.name: t for t in graph.initializer}
+    shared: dict[str, TensorProto] = {}
+    replaced: dict[str, TensorProto] = {}
+    new_nodes: list[onnx.NodeProto] = []
+    layers: dict[str, dict] = {}
+
+    missing = [f"{layer}.weight" for layer in plan if f"{layer}.weight" not in inits]
+    if missing:
+        found = ", ".join(n for n in inits if n.endswith(".weight")) or "(none)"
+        raise ValueError(f"planned weight(s) {', '.join(map(repr, missing))} not among the initializers of the "
+                         f"exported graph of {type(model).__name__} (is the layer used in forward, or its weight "
+                         f"shared?); weights found: {found}")
+    for layer, fmt_name in plan.items():
+        weight = _weight_array(modules[layer], layer)
+        wname = f"{layer}.weight"
+        init = inits[wname]
+        stored = numpy_helper.to_array(init)
+        if stored.shape != weight.shape or not np.array_equal(stored, weight, equal_nan=True):
+            raise ValueError(f"initializer {wname!r} of the exported graph does not hold the weight of layer "
+                             f"{layer!r} (shape {stored.shape} vs {weight.shape})")
+        if fmt_name == "fp32":
+            layers[layer] = _layer_entry(fmt_name, weight.shape, weight.nbytes, 0)
+            continue
+        if fmt_name == "fp16":
+            half = weight.astype(np.float16)
+            half_name = f"{wname}::fp16"
+            nodes = [helper.make_node("Cast", [half_name], [wname], name=f"{wname}::decode/cast", to=TensorProto.FLOAT)]
+            own = [numpy_helper.from_array(half, half_name)]
+            layers[layer] = _layer_entry(fmt_name, weight.shape, half.nbytes, 0)
+        else:
+            q = quantize(weight, block_format(fmt_name), axis=1)
+            nodes, own, _ = decode_weight_nodes(wname, q)
+            layers[layer] = _layer_entry(fmt_name, weight.shape, q.codes.nbytes, q.scales.nbytes,
+                                         4 if q.format.tensor_scale else 0)
+        for tensor in own:
+            if tensor.name.startswith(PREFIX):
+                if tensor.name in shared and shared[tensor.name].raw_data != tensor.raw_data:
+                    raise AssertionError(f"shared constant {tensor.name} differs between layers")
+                shared.setdefault(tensor.name, tensor)
+            else:
+                replaced[tensor.name] = tensor
+        new_nodes.extend(nodes)
+        del inits[wname]
+
+    clash = (set(shared) | set(replaced)) & set(inits)
+    if clash:
+        raise ValueError(f"the exported graph already has initializers named {sorted(clash)}")
+    kept = [t for t in graph.initializer if t.name in inits]
+    del graph.initializer[:]
+    graph.initializer.extend(kept + list(replaced.values()) + list(shared.values()))
+    decoded = {f"{layer}.weight" for layer, fmt in plan.items() if fmt != "fp32"}
+    kept_inputs = [i for i in graph.input if i.name not in decoded]
+    del graph.input[:]
+    graph.input.extend(kept_inputs)
+    old_nodes = list(graph.node)
+    del graph.node[:]
+    graph.node.extend(new_nodes + old_nodes)
+    onnx_model.metadata_props.append(onnx.StringStringEntryProto(key="edgekit.plan",
+                                                                 value=json.dumps(plan, sort_keys=True)))
+
+    try:
+        onnx.checker.check_model(onnx_model, full_check=True)
+    except Exception as error:
+        raise ValueError(f"the exported ONNX model of {type(model).__name__} fails onnx.checker: "
+                         f"{_first_line(error)}") from error
+    if onnx_model.ByteSize() > MAX_PROTO_BYTES:
+        raise ValueError(f"the exported model is {onnx_model.ByteSize()} bytes, over protobuf's 2 GiB limit "
+                         f"for one file (external data is not supported)")
+    data = onnx_model.SerializeToString()
+    _write_atomically(data, target)
+
+    totals = {
+        "layers": len(layers),
+        "numel": sum(e["numel"] for e in layers.values()),
+        "codes_bytes": sum(e["codes_bytes"] for e in layers.values()),
+        "scales_bytes": sum(e["scales_bytes"] for e in layers.values()),
+        "tensor_scale_bytes": sum(e["tensor_scale_bytes"] for e in layers.values()),
+        "fp32_bytes": 4 * sum(e["numel"] for e in layers.values()),
+        "file_bytes": len(data),
+    }
+    totals["weight_bytes"] = totals["codes_bytes"] + totals["scales_bytes"] + totals["tensor_scale_bytes"]
+    totals["weight_bits"] = 8.0 * totals["weight_bytes"] / totals["numel"] if totals["numel"] else 0.0
+    return {"path": str(target), "opset": opset, "layers": layers, "totals": totals}
