@@ -1,0 +1,202 @@
+"""Pass 3, lower: planned weights become packed codes read by fused decode kernels.
+
+Every Linear (``matmul`` with a weight parameter, transposed or not) and Conv2d
+(``conv2d`` with a weight parameter, groups = 1) whose layer the plan names is
+replaced by a ``call_tir`` to a kernel from ``decode_kernels``: its inputs are the
+weight's codes and scales in exactly the simulators' bytes (rearranged, for 4-bit
+codes on CPUs, by the verified ``block_halves`` repack), bound as constants. The
+float weight is dropped from the module, so it never exists on the device. Float
+baselines (``fp32``, ``fp16``) go through the same kernels with a float weight, so
+every layer shares one schedule. All remaining parameters are bound as constants.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from edgekit.simulators import quantize
+from edgekit.simulators.layouts import BLOCK_HALVES, PACKED, layouts_for, to_layout
+
+from .decode_kernels import conv2d_kernel, dense_kernel
+from .importer import ImportedModel
+from .plan import BASELINES, block_format, check_weight_format
+from .schedules import KERNEL_ATTR, dense_lanes
+
+DEVICES = ("cpu", "cuda")
+
+
+@dataclass
+class LayerRecord:
+    """What one lowered layer stores and how it computes."""
+
+    format: str
+    op: str  # "gemv", "gemm" or "conv2d"
+    shape: list  # the weight's shape as the model holds it
+    layout: str | None
+    codes_bytes: int
+    scales_bytes: int
+    tensor_scale_bytes: int
+    weight_bits: float  # stored bits per weight, scales included
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LoweredModel:
+    mod: object  # tvm.IRModule whose main takes only the model inputs
+    layers: dict[str, LayerRecord]
+    inputs: list[dict]
+    outputs: list[dict]
+    device: str
+
+
+def choose_layout(fmt_name: str, device: str) -> str | None:
+    """block_halves for 4-bit codes on CPUs (vector decode); the simulators' packed bytes otherwise."""
+    if fmt_name in BASELINES:
+        return None
+    return BLOCK_HALVES if device == "cpu" and BLOCK_HALVES in layouts_for(block_format(fmt_name)) else PACKED
+
+
+def weight_constants(fmt_name: str, weight_rows: np.ndarray, layout: str | None):
+    """(constants, tensor scale, record fields) of a weight given as rows of input channels.
+
+    ``weight_rows`` has the reduction (input-channel) axis last.
+    """
+    if fmt_name in BASELINES:
+        dtype = np.float32 if fmt_name == "fp32" else np.float16
+        stored = np.ascontiguousarray(weight_rows.astype(dtype))
+        return [stored], None, {"codes_bytes": stored.nbytes, "scales_bytes": 0, "tensor_scale_bytes": 0,
+                                "weight_bits": 8.0 * stored.nbytes / stored.size}
+    fmt = block_format(fmt_name)
+    q = quantize(np.ascontiguousarray(weight_rows, dtype=np.float32), fmt, axis=-1)
+    ts_bytes = 4 if fmt.tensor_scale else 0
+    fields = {"codes_bytes": q.codes.nbytes, "scales_bytes": q.scales.nbytes, "tensor_scale_bytes": ts_bytes,
+              "weight_bits": 8.0 * q.nbytes / q.numel}
+    return [to_layout(q.codes, fmt, layout), q.scales], q.tensor_scale, fields
+
+
+def _static_shape(expr) -> list[int]:
+    return [int(d) for d in expr.ty.shape]
+
+
+@relax.expr_functor.mutator
+class _LowerWeights(relax.PyExprMutator):
+    def __init__(self, mod, weights: dict[str, tuple[str, np.ndarray]], device: str):
+        super().__init__(mod)
+        self.weights = weights  # weight variable name -> (layer, value)
+        self.plan_formats: dict[str, str] = {}
+        self.device = device
+        self.records: dict[str, LayerRecord] = {}
+
+    def _param(self, expr):
+        """(layer, value, transposed) if ``expr`` is a planned weight, maybe through permute_dims."""
+        if isinstance(expr, relax.Var) and expr.name in self.weights:
+            return (*self.weights[expr.name], False)
+        bound = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
+        if (isinstance(bound, relax.Call) and bound.op == tvm.ir.Op.get("relax.permute_dims")
+                and isinstance(bound.args[0], relax.Var) and bound.args[0].name in self.weights):
+            axes = bound.attrs.axes
+            if axes is None or [int(a) for a in axes] == [1, 0]:
+                return (*self.weights[bound.args[0].name], True)
+        return None
+
+    def visit_call_(self, call):
+        call = self.visit_expr_post_order(call)
+        if call.op == tvm.ir.Op.get("relax.matmul"):
+            found = self._param(call.args[1])
+            if found is not None and len(found[1].shape) == 2:
+                return self._dense(call, *found)
+        if call.op == tvm.ir.Op.get("relax.nn.conv2d"):
+            found = self._param(call.args[1])
+            if found is not None and not found[2] and self._plain_conv(call):
+                return self._conv2d(call, found[0], found[1])
+        return call
+
+    @staticmethod
+    def _plain_conv(call) -> bool:
+        a = call.attrs
+        return (int(a.groups) == 1 and a.data_layout == "NCHW" and a.kernel_layout == "OIHW"
+                and a.out_layout == "NCHW")
+
+    def _kernel_constants(self, layer, rows, op, shape):
+        fmt_name = self.plan_formats[layer]
+        layout = choose_layout(fmt_name, self.device)
+        consts, tensor_scale, fields = weight_constants(fmt_name, rows, layout)
+        self.records[layer] = LayerRecord(fmt_name, op, list(shape), layout, **fields)
+        return fmt_name, layout, [relax.const(c) for c in consts], tensor_scale
+
+    def _dense(self, call, layer, value, transposed):
+        x = call.args[0]
+        x_shape = _static_shape(x)
+        rows = value if transposed else value.T  # (out, in): reductions along rows
+        n, k = rows.shape
+        m = math.prod(x_shape[:-1])
+        op = "gemv" if m == 1 else "gemm"
+        fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, value.shape)
+        func = dense_kernel(fmt_name, layout, m, n, k, ts)
+        bits = 16 if fmt_name == "fp16" else 32 if fmt_name == "fp32" else block_format(fmt_name).element.bits
+        lanes = dense_lanes(func_block_size(fmt_name, k), layout or PACKED, bits)
+        name = f"dense_{_symbol(layer)}"
+        func = func.with_attr({KERNEL_ATTR: "dense", "edgekit.lanes": lanes, "global_symbol": name})
+        gv = self.builder_.add_func(func, name)
+        x2 = x if len(x_shape) == 2 else self.builder_.emit(relax.op.reshape(x, (m, k)))
+        y = relax.call_tir(gv, [x2, *consts], relax.TensorType((m, n), "float32"))
+        if len(x_shape) == 2:
+            return y
+        return relax.op.reshape(self.builder_.emit(y), (*x_shape[:-1], n))
+
+    def _conv2d(self, call, layer, value):
+        x = call.args[0]
+        a = call.attrs
+        rows = np.transpose(value, (0, 2, 3, 1))  # OIHW -> O,H,W rows of input channels
+        fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, "conv2d", value.shape)
+        out_shape = _static_shape(call)
+        func = conv2d_kernel(fmt_name, layout, tuple(_static_shape(x)), value.shape,
+                             tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
+                             tuple(int(d) for d in a.dilation), ts)
+        name = f"conv2d_{_symbol(layer)}"
+        func = func.with_attr({KERNEL_ATTR: "conv2d", "global_symbol": name})
+        gv = self.builder_.add_func(func, name)
+        return relax.call_tir(gv, [x, *consts], relax.TensorType(out_shape, "float32"))
+
+
+def func_block_size(fmt_name: str, k_size: int) -> int:
+    """The block of the reduction split: the format's, or for float baselines as ``weight_reader`` picks."""
+    if fmt_name in BASELINES:
+        block = math.gcd(k_size, 64)
+        return block if block >= 8 else k_size
+    return block_format(fmt_name).block_size
+
+
+def _symbol(layer: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in layer) or "layer"
+
+
+def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu") -> LoweredModel:
+    """Swap every planned weight for packed codes + a fused decode kernel; bind the rest."""
+    if device not in DEVICES:
+        raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    unknown = sorted(set(plan) - set(imported.layers))
+    if unknown:
+        raise ValueError(f"plan names layers the model does not have: {', '.join(unknown)}; "
+                         f"layers: {', '.join(imported.layers) or '(none)'}")
+    weights = {imported.layers[layer]: (layer, imported.params[imported.layers[layer]]) for layer in plan}
+    mutator = _LowerWeights(imported.mod, weights, device)
+    mutator.plan_formats = {layer: check_weight_format(fmt) for layer, fmt in plan.items()}
+    main = mutator.visit_expr(imported.mod["main"])
+    mutator.builder_.update_func(mutator.builder_.get().get_global_var("main"), main)
+    mod = mutator.builder_.get()
+    missing = sorted(set(plan) - set(mutator.records))
+    if missing:
+        raise ValueError(f"layers {', '.join(missing)} are not used as a plain matmul or conv2d weight "
+                         "(grouped or non-NCHW convolutions, shared weights); leave them out of the plan")
+    params = {name: tvm.runtime.tensor(value) for name, value in imported.params.items()}
+    mod = relax.transform.BindParams("main", params)(mod)
+    mod = relax.transform.DeadCodeElimination()(mod)
+    return LoweredModel(mod, dict(sorted(mutator.records.items())), imported.inputs, imported.outputs, device)

@@ -1,0 +1,54 @@
+"""Pass 4, schedule: fast loops for the decode kernels on CPUs, dlight on GPUs.
+
+CPU dense (GEMV at batch 1, GEMM otherwise): the reduction over a block's elements is
+split into vector lanes and factored out (``rfactor``), so each lane accumulates its
+own partial sum; rows are split into groups of four, the groups run in parallel, and
+the batch loop sits inside the lane loop so every decoded vector of weights is used
+for all batch rows before it is dropped. Codes are read contiguously, which is what
+the ``block_halves`` layout is for (4-bit codes).
+"""
+
+from __future__ import annotations
+
+from tvm import s_tir
+
+from edgekit.simulators.layouts import BLOCK_HALVES
+
+KERNEL_ATTR = "edgekit.kernel"  # "dense" or "conv2d": which CPU schedule applies
+ROWS_PER_TASK = 4
+
+
+def dense_lanes(block_size: int, layout: str, code_bits: int) -> int:
+    """Vector lanes over a block's elements: half a block for nibble pairs, else up to 32."""
+    if layout == BLOCK_HALVES:
+        return block_size // 2
+    if code_bits == 6:  # four codes per three bytes: lanes of one byte group
+        return min(block_size, 4)
+    return next(lanes for lanes in (32, 16, 8, 4, 2, 1) if block_size % lanes == 0)
+
+
+def schedule_dense_cpu(func, lanes: int):
+    """The CPU schedule of ``decode_kernels.dense_kernel``."""
+    sch = s_tir.Schedule(func)
+    dense = sch.get_sblock("dense")
+    _, _, _, j = sch.get_loops(dense)
+    _, j_lane = sch.split(j, [None, lanes])
+    partial = sch.rfactor(j_lane, 2)
+    loops = {sch.get(loop).loop_var.name: loop for loop in sch.get_loops(partial)}
+    rows_outer, rows_inner = sch.split(loops["o"], [None, ROWS_PER_TASK])
+    sch.reorder(rows_outer, rows_inner, loops["b"], loops["j_0"], loops["i"], loops["j_1"])
+    sch.parallel(rows_outer)
+    sch.vectorize(loops["j_1"])
+    sch.reverse_compute_at(dense, rows_inner)
+    return sch.mod["main"]
+
+
+def schedule_conv2d_cpu(func):
+    """Output channels in parallel, the output row's pixels innermost."""
+    sch = s_tir.Schedule(func)
+    conv = sch.get_sblock("conv2d")
+    n, o, y, x, c, ry, rx = sch.get_loops(conv)
+    sch.reorder(n, o, y, c, ry, rx, x)
+    sch.parallel(sch.fuse(n, o))
+    sch.compute_inline(sch.get_sblock("pad"))
+    return sch.mod["main"]
