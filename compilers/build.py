@@ -77,3 +77,16 @@ def nvcc_cubin(source_path: Path, arch: str, out_path: Path, timeout: float = 30
         raise RuntimeError(f"nvcc failed for {arch}:\n{result.stderr[-2000:]}")
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout.strip().splitlines()
     return {"built": True, "arch": arch, "nvcc": version[-1] if version else "unknown"}
+
+
+ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64", 0x28: "arm", 0xF3: "riscv"}
+
+
+def elf_machine(path: Path) -> str:
+    """The CPU a shared library was built for, from its ELF header's e_machine field."""
+    header = Path(path).read_bytes()[:20]
+    if header[:4] != b"\x7fELF":
+        return "not an ELF file"
+    byteorder = "little" if header[5] == 1 else "big"
+    code = int.from_bytes(header[18:20], byteorder)
+    return ELF_MACHINES.get(code, f"e_machine {code:#x}")

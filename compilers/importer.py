@@ -64,7 +64,9 @@ def import_torch(model, example_inputs: tuple) -> ImportedModel:
         raise ValueError(f"torch.export could not trace {type(model).__name__}: "
                          f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from err
     try:
-        mod = from_exported_program(program, keep_params_as_input=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            mod = from_exported_program(program, keep_params_as_input=True)
     except Exception as err:  # the frontend raises on ops it has no translation for
         raise ValueError(f"TVM cannot import {type(model).__name__}: {_first_line(err)}") from err
     mod, params = _detach(mod, len(example_inputs))

@@ -8,7 +8,7 @@ ONNX export, manifests) reads the plan, so it is plain data.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from torch import nn
 
@@ -44,14 +44,18 @@ def plannable_layers(model: nn.Module) -> dict[str, nn.Module]:
     return {name: m for name, m in model.named_modules() if isinstance(m, PLANNED_LAYERS)}
 
 
-def make_plan(model: nn.Module, default: str = "mxfp4", overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+def make_plan(model: nn.Module | Iterable[str], default: str = "mxfp4",
+              overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     """Every Linear/Conv weight gets ``default``; ``overrides`` names layers that differ.
+
+    ``model`` is a torch module or the layer names of an imported model
+    (``ImportedModel.layers``).
 
     A layer whose input-channel count is not a multiple of the format's block size is
     still planned: the codecs pad its last block, and the lowering handles the tail.
     """
     default = check_weight_format(default)
-    layers = plannable_layers(model)
+    layers = list(plannable_layers(model) if isinstance(model, nn.Module) else model)
     plan = dict.fromkeys(layers, default)
     for layer, fmt in (overrides or {}).items():
         if layer not in layers:

@@ -113,6 +113,86 @@ def targets(specs, output, output_format):
         click.echo(f"wrote {path}", err=True)
 
 
+class WeightFormat(click.ParamType):
+    """A plan entry: a format from the table or a float baseline (fp32, fp16)."""
+
+    name = "format"
+
+    def convert(self, value, param, ctx):
+        from edgekit.compilers.plan import check_weight_format
+
+        try:
+            return check_weight_format(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+def model_argument(fn):
+    return click.argument("model", metavar="MODEL")(fn)
+
+
+def layer_option(fn):
+    return click.option("--layer", "layers", multiple=True, metavar="NAME=FORMAT",
+                        help="Per-layer format override (repeatable), e.g. --layer fc1=mxint8.")(fn)
+
+
+def run_job(job, *args, **kwargs):
+    """Run a compile/export job; its ValueErrors become a clear CLI error, exit code 1."""
+    try:
+        return job(*args, log=lambda msg: click.echo(msg, err=True), **kwargs)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+
+
+@main.command(name="compile")
+@model_argument
+@click.option("--format", "fmt", type=WeightFormat(), default="mxfp4", show_default=True,
+              help="Weight format of every Linear/Conv layer (a format from `edgekit formats`, fp32 or fp16).")
+@layer_option
+@click.option("--target", "target", default="host", show_default=True,
+              help="A target from `edgekit targets`, any TVM tag, or a TVM target as a JSON dict.")
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("build"),
+              show_default=True, help="Build directory (written in full or not at all).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for training a registered model.")
+def compile_(model, fmt, layers, target, output, seed):
+    """Compile MODEL (registered name, checkpoint or .onnx) for a target: library, CUDA source, manifest.
+
+    Planned weights are stored as packed codes and scales in the simulators' bytes and
+    decoded inside fused matrix kernels. A preflight lists what the target cannot run.
+    """
+    from .compile_job import compile_model
+
+    manifest = run_job(compile_model, model, fmt, target, output, layers, seed=seed)
+    rows = [{"layer": name, **{k: r[k] for k in ("format", "op", "layout", "codes_bytes", "scales_bytes",
+                                                  "weight_bits")}} for name, r in manifest["layers"].items()]
+    click.echo(markdown_table(rows))
+    totals = manifest["totals"]
+    click.echo(f"\n{totals['weights']} weights in {totals['codes_bytes']} code bytes + {totals['scales_bytes']} "
+               f"scale bytes: {totals['weight_bits']:.3f} bits/weight")
+    cubin = manifest["artifacts"].get("cubin")
+    if cubin is not None and not cubin["built"]:
+        click.echo(f"no cubin: {cubin['reason']}", err=True)
+    click.echo(f"wrote {output}/ ({', '.join(sorted(p.name for p in output.iterdir()))})", err=True)
+
+
+@main.command()
+@model_argument
+@click.option("--format", "fmt", type=WeightFormat(), default="mxfp4", show_default=True,
+              help="Weight format of every Linear/Conv layer.")
+@layer_option
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("model.onnx"),
+              show_default=True, help="ONNX file to write.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for training a registered model.")
+def export(model, fmt, layers, output, seed):
+    """Export MODEL to standard ONNX whose weights are packed codes decoded with Gather tables."""
+    from .compile_job import export_model
+
+    summary = run_job(export_model, model, fmt, output, layers, seed=seed)
+    totals = summary["totals"]
+    click.echo(f"wrote {output}: {len(summary['layers'])} quantized layers, {totals['weight_bits']:.3f} bits/weight, "
+               f"{totals['file_bytes']} bytes", err=True)
+
+
 @main.command()
 @click.option("--format", "formats_", type=FormatName(), multiple=True,
               help="Formats to measure (repeatable; default: every format, INT ones also with asymmetric clipping).")

@@ -8,7 +8,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-PACKAGES = ("edgekit", "numpy", "numba", "ml_dtypes", "torch", "matplotlib")
+PACKAGES = ("edgekit", "numpy", "numba", "ml_dtypes", "torch", "apache-tvm", "onnx", "onnxruntime", "matplotlib")
 
 
 def git_sha() -> str:

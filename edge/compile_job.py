@@ -1,0 +1,229 @@
+"""``edgekit compile`` and ``edgekit export``: a model, a format plan and a target in, artifacts out.
+
+Compile runs the passes of ``edgekit.compilers`` in order (import -> plan -> preflight ->
+lower -> schedule -> build) and writes the build directory through a temporary
+directory that is moved into place only when every artifact exists.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgekit.compilers.importer import ImportedModel, import_onnx, import_torch
+from edgekit.compilers.plan import make_plan, parse_overrides
+
+from .output import json_safe
+from .provenance import provenance
+
+LOWERED_DEVICES = ("cpu", "cuda")
+MANIFEST = "manifest.json"
+LIBRARY = "model.so"
+CUDA_SOURCE = "kernels.cu"
+VM_CALL_OPS = ("relax.call_tir", "relax.call_dps_packed", "relax.call_pure_packed")
+
+
+@dataclass
+class ModelSource:
+    """Where a model came from: a registered name, a checkpoint or an ONNX file."""
+
+    label: str
+    kind: str  # "registered", "checkpoint" or "onnx"
+    module: object = None  # torch nn.Module, for registered names and checkpoints
+    example_inputs: tuple = ()
+    onnx_path: Path | None = None
+
+
+def resolve_model(spec: str, seed: int = 0, log: Callable[[str], None] = print) -> ModelSource:
+    """A registered model name (trained here, seeded), a checkpoint file, or an ONNX file."""
+    from edgekit.models.registry import get_model, load_checkpoint, model_names
+
+    path = Path(spec)
+    if path.suffix.lower() == ".onnx":
+        if not path.is_file():
+            raise ValueError(f"ONNX file {spec!r} does not exist")
+        return ModelSource(path.name, "onnx", onnx_path=path)
+    if path.is_file():
+        entry, config, module = load_checkpoint(path)
+        return ModelSource(f"{entry.name} ({path.name})", "checkpoint", module, entry.example_inputs(config))
+    if spec not in model_names():
+        raise ValueError(f"MODEL {spec!r} is neither a registered model ({', '.join(model_names())}), "
+                         "an existing checkpoint file nor an .onnx file")
+    entry = get_model(spec)
+    config = entry.config(seed=seed) if "seed" in entry.config.__dataclass_fields__ else entry.config()
+    log(f"training {spec} (seed {seed}) ...")
+    return ModelSource(spec, "registered", entry.train(config), entry.example_inputs(config))
+
+
+def import_model(source: ModelSource) -> ImportedModel:
+    if source.kind == "onnx":
+        return import_onnx(source.onnx_path)
+    return import_torch(source.module, source.example_inputs)
+
+
+def preflight(imported: ImportedModel, plan: dict[str, str], target) -> list[str]:
+    """What this target cannot run or build, before any compile work; empty when all is well."""
+    import tvm
+
+    problems = []
+    if target.device not in LOWERED_DEVICES:
+        problems.append(f"device kind {target.device!r}: edgekit lowers decode kernels for "
+                        f"{', '.join(LOWERED_DEVICES)} targets only (formats {', '.join(sorted(set(plan.values())))})")
+    ops = set()
+
+    def collect(expr):
+        if isinstance(expr, tvm.relax.Call) and isinstance(expr.op, tvm.ir.Op):
+            ops.add(expr.op.name)
+
+    tvm.relax.analysis.post_order_visit(imported.mod["main"], collect)
+    for op in sorted(ops):
+        if op not in VM_CALL_OPS and tvm.ir.Op.get(op).get_attr("FLegalize") is None:
+            problems.append(f"op {op} has no TVM lowering for {target.device}")
+    if target.arch is not None and target.arch != this_arch():
+        compiler = target.cross_compiler
+        if compiler is None:
+            problems.append(f"target {target.name} runs on {target.arch}; it names no cross compiler")
+        elif shutil.which(compiler) is None:
+            problems.append(f"cross compiler {compiler} for {target.arch} is not on PATH "
+                            "(Debian: apt-get install gcc-aarch64-linux-gnu)")
+    return problems
+
+
+def this_arch() -> str:
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def cuda_arch(target) -> str | None:
+    from edgekit.targets import tvm_target
+
+    if target.cuda_arch:
+        return target.cuda_arch
+    arch = tvm_target(target).attrs.get("arch")
+    return str(arch) if arch else None
+
+
+def layer_totals(layers: dict) -> dict:
+    """Bytes of codes and scales over all planned layers, and their effective bits per weight."""
+    numel = sum(8 * (r.codes_bytes + r.scales_bytes + r.tensor_scale_bytes) / r.weight_bits
+                for r in layers.values())
+    stored = sum(r.codes_bytes + r.scales_bytes + r.tensor_scale_bytes for r in layers.values())
+    return {"weights": round(numel), "codes_bytes": sum(r.codes_bytes for r in layers.values()),
+            "scales_bytes": sum(r.scales_bytes + r.tensor_scale_bytes for r in layers.values()),
+            "weight_bits": 8.0 * stored / numel if numel else None}
+
+
+class PreflightError(ValueError):
+    """The target cannot run this model as planned; ``problems`` lists why."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("preflight failed:\n  - " + "\n  - ".join(problems))
+        self.problems = problems
+
+
+def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrides: list[str] = (),
+                  seed: int = 0, log: Callable[[str], None] = print) -> dict:
+    """Compile ``model`` with every Linear/Conv weight in ``fmt`` for ``target_spec`` into ``out_dir``."""
+    from edgekit.compilers.build import build, cuda_source, elf_machine, export_library, nvcc_cubin, schedule
+    from edgekit.compilers.lower import lower
+    from edgekit.targets import load_target, tvm_target
+
+    target = load_target(target_spec)
+    out_dir = Path(out_dir)
+    check_out_dir(out_dir)
+    overrides = parse_overrides(list(layer_overrides))
+    source = resolve_model(model, seed, log)
+    log(f"importing {source.label} into TVM Relax ...")
+    imported = import_model(source)
+    plan = make_plan(imported.layers, fmt, overrides)
+    problems = preflight(imported, plan, target)
+    if problems:
+        raise PreflightError(problems)
+    device = target.device
+    log(f"lowering {len(plan)} layers for {target.name} ({device}) ...")
+    lowered = lower(imported, plan, device)
+    tvm_tgt = tvm_target(target)
+    mod = schedule(lowered.mod, device, tvm_tgt)
+    log("building ...")
+    executable = build(mod, tvm_tgt)
+    cross = target.cross_compiler if target.arch not in (None, this_arch()) else None
+    parent = out_dir.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
+    try:
+        artifacts = {"library": LIBRARY}
+        export_library(executable, staging / LIBRARY, cross)
+        artifacts["library_machine"] = elf_machine(staging / LIBRARY)
+        if device == "cuda":
+            (staging / CUDA_SOURCE).write_text(cuda_source(executable))
+            artifacts["cuda_source"] = CUDA_SOURCE
+            arch = cuda_arch(target)
+            cubin = f"kernels.{arch}.cubin"
+            artifacts["cubin"] = nvcc_cubin(staging / CUDA_SOURCE, arch, staging / cubin) if arch else {
+                "built": False, "reason": "the target names no CUDA arch"}
+            if artifacts["cubin"]["built"]:
+                artifacts["cubin"]["file"] = cubin
+        manifest = {
+            "model": source.label,
+            "model_source": source.kind,
+            "target": {"name": target.name, "tvm": str(tvm_tgt), "device": device, "arch": target.arch,
+                       "cuda_arch": cuda_arch(target) if device == "cuda" else None, "cross_compiler": cross},
+            "format": plan_summary(plan),
+            "layers": {name: record.to_json() for name, record in lowered.layers.items()},
+            "totals": layer_totals(lowered.layers),
+            "inputs": lowered.inputs,
+            "outputs": lowered.outputs,
+            "artifacts": artifacts,
+            "provenance": provenance(seed),
+        }
+        (staging / MANIFEST).write_text(json.dumps(json_safe(manifest), indent=2) + "\n")
+        move_into_place(staging, out_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return manifest
+
+
+def plan_summary(plan: dict[str, str]) -> str:
+    """The one format of a uniform plan, else ``mixed``."""
+    formats = set(plan.values())
+    return formats.pop() if len(formats) == 1 else "mixed"
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """An output directory must be new, empty, or an earlier build (which is replaced)."""
+    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir())
+                                                       and not (out_dir / MANIFEST).is_file())):
+        raise ValueError(f"output {str(out_dir)!r} exists and is not an edgekit build directory; "
+                         "choose a new or empty directory")
+
+
+def move_into_place(staging: Path, out_dir: Path) -> None:
+    """Swap the finished staging directory in; an earlier build is removed only afterwards."""
+    old = None
+    if out_dir.exists():
+        old = out_dir.with_name(f".{out_dir.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        out_dir.rename(old)
+    staging.rename(out_dir)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def export_model(model: str, fmt: str, out_path, layer_overrides: list[str] = (), seed: int = 0,
+                 log: Callable[[str], None] = print) -> dict:
+    """Standard ONNX of a registered model or checkpoint with its weights as packed codes."""
+    from edgekit.compilers.onnx_export import export_onnx
+
+    overrides = parse_overrides(list(layer_overrides))
+    source = resolve_model(model, seed, log)
+    if source.kind == "onnx":
+        raise ValueError("export takes a registered model name or a checkpoint; an ONNX file is already ONNX")
+    plan = make_plan(source.module, fmt, overrides)
+    log(f"exporting {source.label} ({fmt}) to ONNX ...")
+    return export_onnx(source.module, source.example_inputs, plan, out_path)
