@@ -28,6 +28,7 @@ from .plan import BASELINES, block_format, check_weight_format
 from .schedules import KERNEL_ATTR, dense_lanes
 
 DEVICES = ("cpu", "cuda")
+OPAQUE = 8  # TVM's kOpaque op pattern: FuseOps leaves the kernel alone, so its schedule stays
 
 
 @dataclass
@@ -143,7 +144,8 @@ class _LowerWeights(relax.PyExprMutator):
         bits = 16 if fmt_name == "fp16" else 32 if fmt_name == "fp32" else block_format(fmt_name).element.bits
         lanes = dense_lanes(func_block_size(fmt_name, k), layout or PACKED, bits)
         name = f"dense_{_symbol(layer)}"
-        func = func.with_attr({KERNEL_ATTR: "dense", "edgekit.lanes": lanes, "global_symbol": name})
+        func = func.with_attr({KERNEL_ATTR: "dense", "edgekit.lanes": lanes, "global_symbol": name,
+                               "op_pattern": OPAQUE})
         gv = self.builder_.add_func(func, name)
         x2 = x if len(x_shape) == 2 else self.builder_.emit(relax.op.reshape(x, (m, k)))
         y = relax.call_tir(gv, [x2, *consts], relax.TensorType((m, n), "float32"))
@@ -161,7 +163,7 @@ class _LowerWeights(relax.PyExprMutator):
                              tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
                              tuple(int(d) for d in a.dilation), ts)
         name = f"conv2d_{_symbol(layer)}"
-        func = func.with_attr({KERNEL_ATTR: "conv2d", "global_symbol": name})
+        func = func.with_attr({KERNEL_ATTR: "conv2d", "global_symbol": name, "op_pattern": OPAQUE})
         gv = self.builder_.add_func(func, name)
         return relax.call_tir(gv, [x, *consts], relax.TensorType(out_shape, "float32"))
 

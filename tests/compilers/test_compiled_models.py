@@ -1,0 +1,108 @@
+"""Compiled models equal PyTorch run on the simulators' dequantized weights (float32 tolerance)."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from edgekit.compilers.build import compile_for_cpu, run
+from edgekit.compilers.importer import import_onnx, import_torch
+from edgekit.compilers.lower import lower
+from edgekit.compilers.plan import make_plan
+from edgekit.models.weights import quantizable_weights, quantized_copy
+from edgekit.simulators import FORMATS
+
+from .models import NETWORKS, seeded
+
+WEIGHT_FORMATS = ["fp32", "fp16", *FORMATS]
+
+
+def simulated(model, fmt):
+    """The model PyTorch runs for comparison: weights as the format stores them."""
+    if fmt == "fp32":
+        return model
+    if fmt != "fp16":
+        return quantized_copy(model, fmt)
+    out = copy.deepcopy(model)
+    with torch.no_grad():
+        for weight in quantizable_weights(out).values():
+            weight.copy_(weight.half().float())
+    return out
+
+
+def assert_float32_close(actual, expected):
+    scale = max(1.0, float(np.abs(expected).max()))
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=2e-6 * scale)
+
+
+@pytest.fixture(scope="module", params=list(NETWORKS))
+def network(request):
+    cls, shape = NETWORKS[request.param]
+    model = seeded(cls)
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+    return model, x
+
+
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
+def test_compiled_matches_simulated_pytorch(network, fmt):
+    model, x = network
+    imported = import_torch(model, (x,))
+    plan = make_plan(model, fmt)
+    executable, lowered = compile_for_cpu(imported, plan)
+    assert set(lowered.layers) == set(plan)
+    (out,) = run(executable, [x.numpy()])
+    with torch.no_grad():
+        expected = simulated(model, fmt)(x).numpy()
+    assert_float32_close(out, expected)
+
+
+def test_float_weights_are_gone_from_the_module(network):
+    """Planned weights are packed uint8 constants; no float constant of their size remains."""
+    model, x = network
+    imported = import_torch(model, (x,))
+    lowered = lower(imported, make_plan(model, "mxfp4"), "cpu")
+    import tvm
+
+    float_sizes, uint8_sizes = set(), set()
+
+    def collect(expr):
+        if isinstance(expr, tvm.ir.expr.GenericConst) and hasattr(expr.value, "numpy"):
+            value = expr.value.numpy()
+            if value.dtype == np.float32:
+                float_sizes.add(value.size)
+            else:
+                uint8_sizes.add(value.size)
+
+    tvm.relax.analysis.post_order_visit(lowered.mod["main"], collect)
+    weight_sizes = {w.numel() for w in quantizable_weights(model).values()}
+    assert float_sizes and not float_sizes & weight_sizes  # biases remain, weights do not
+    assert {r.codes_bytes for r in lowered.layers.values()} <= uint8_sizes
+
+
+def test_mixed_plan_per_layer_overrides():
+    cls, shape = NETWORKS["mlp"]
+    model = seeded(cls)
+    x = torch.randn(*shape)
+    plan = make_plan(model, "mxfp4", {"fc2": "mxint8"})
+    executable, lowered = compile_for_cpu(import_torch(model, (x,)), plan)
+    assert {n: r.format for n, r in lowered.layers.items()} == {"fc1": "mxfp4", "fc2": "mxint8"}
+    expected = copy.deepcopy(model)
+    expected.fc1 = quantized_copy(model.fc1, "mxfp4")
+    expected.fc2 = quantized_copy(model.fc2, "mxint8")
+    with torch.no_grad():
+        assert_float32_close(run(executable, [x.numpy()])[0], expected(x).numpy())
+
+
+def test_float_onnx_file_made_elsewhere(tmp_path):
+    """A plain float ONNX file from torch's exporter imports, compiles and matches."""
+    cls, shape = NETWORKS["cnn"]
+    model = seeded(cls)
+    x = torch.randn(*shape)
+    path = tmp_path / "cnn.onnx"
+    torch.onnx.export(model, (x,), str(path), dynamo=False)
+    imported = import_onnx(path)
+    assert set(imported.layers) == {"conv1", "conv2", "fc"}
+    executable, _ = compile_for_cpu(imported, make_plan(imported.layers, "mxint8"))
+    with torch.no_grad():
+        assert_float32_close(run(executable, [x.numpy()])[0], quantized_copy(model, "mxint8")(x).numpy())
