@@ -30,7 +30,12 @@ def check_weight_format(name: str) -> str:
     text = name.strip().lower()
     if text in BASELINES:
         return text
-    fmt = get_format(text)
+    try:
+        fmt = get_format(text)
+    except ValueError as err:
+        if "unknown format" not in str(err):
+            raise
+        raise ValueError(f"unknown format {name!r}; allowed: {', '.join(weight_format_names())}") from None
     return fmt.name + (f"@{fmt.block_size}" if "@" in text else "")
 
 

@@ -15,11 +15,11 @@ def git_sha() -> str:
     """The commit of the source tree edgekit runs from, with ``-dirty`` for local changes."""
     here = Path(__file__).resolve().parent
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5, check=False)
         if sha.returncode != 0:
             return "unknown"
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
+                               capture_output=True, text=True, timeout=5, check=False).stdout.strip()
         return sha.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -106,3 +106,22 @@ def test_float_onnx_file_made_elsewhere(tmp_path):
     executable, _ = compile_for_cpu(imported, make_plan(imported.layers, "mxint8"))
     with torch.no_grad():
         assert_float32_close(run(executable, [x.numpy()])[0], quantized_copy(model, "mxint8")(x).numpy())
+
+
+def test_op_tvm_cannot_import_is_named():
+    class Spectral(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.rfft(x).real
+
+    with pytest.raises(ValueError, match=r"TVM cannot import Spectral: .*_fft_r2c"):
+        import_torch(Spectral(), (torch.randn(4, 8),))
+
+
+def test_plan_naming_unknown_layer_in_lower():
+    cls, shape = NETWORKS["mlp"]
+    model = seeded(cls)
+    imported = import_torch(model, (torch.randn(*shape),))
+    with pytest.raises(ValueError, match="plan names layers the model does not have: nope; layers: fc1, fc2"):
+        lower(imported, {"nope": "mxfp4"})
+    with pytest.raises(ValueError, match="device must be one of cpu, cuda"):
+        lower(imported, make_plan(model, "mxfp4"), "tpu")

@@ -1,0 +1,146 @@
+"""`edgekit compile` and `edgekit export` as a user runs them, bad input included."""
+
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import tvm
+from click.testing import CliRunner
+
+from edgekit.cli import main
+from edgekit.compilers.onnx_export import onnx_session
+from edgekit.models.digits import DigitsConfig
+from edgekit.models.registry import get_model, save_checkpoint
+from edgekit.models.weights import quantized_copy
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A quickly trained digits MLP saved as an edgekit checkpoint."""
+    entry = get_model("digits")
+    config = DigitsConfig(hidden=64, epochs=2)
+    model = entry.train(config)
+    path = save_checkpoint(tmp_path_factory.mktemp("ckpt") / "digits.pt", "digits", config, model)
+    return path, model
+
+
+def test_compile_host_writes_library_and_manifest(checkpoint, tmp_path):
+    path, model = checkpoint
+    out = tmp_path / "build"
+    result = run("compile", path, "--format", "mxfp4", "--layer", "4=mxint8", "--target", "host", "-o", out)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == "mixed"
+    assert {n: r["format"] for n, r in manifest["layers"].items()} == {"0": "mxfp4", "2": "mxfp4", "4": "mxint8"}
+    assert manifest["layers"]["0"]["codes_bytes"] == 64 * 64 // 2 and manifest["layers"]["0"]["scales_bytes"] == 128
+    assert manifest["layers"]["0"]["weight_bits"] == pytest.approx(4.25)
+    assert manifest["inputs"] == [{"name": "input", "shape": [1, 64], "dtype": "float32"}]
+    assert manifest["outputs"] == [{"shape": [1, 10], "dtype": "float32"}]
+    prov = manifest["provenance"]
+    assert prov["seed"] == 0 and prov["git_sha"] and prov["versions"]["apache-tvm"] and prov["versions"]["torch"]
+    assert manifest["artifacts"]["library_machine"] in ("x86_64", "aarch64")
+    # the library runs and computes the simulated model
+    vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(out / "model.so")), tvm.cpu())
+    x = np.random.default_rng(0).random((1, 64), dtype=np.float32)
+    expected = quantized_copy(model, "mxfp4")
+    expected[4] = quantized_copy(model[4], "mxint8")
+    with torch.no_grad():
+        np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x))[0].numpy(), expected(torch.from_numpy(x)).numpy(),
+                                   rtol=1e-5, atol=1e-5)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-gcc") is None, reason="aarch64-linux-gnu-gcc is not installed")
+@pytest.mark.parametrize("target", ["rpi4", "jetson-orin"])
+def test_compile_for_aarch64_boards(checkpoint, tmp_path, target):
+    result = run("compile", checkpoint[0], "--format", "nvfp4", "--target", target, "-o", tmp_path / target)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / target / "manifest.json").read_text())
+    assert manifest["artifacts"]["library_machine"] == "aarch64"
+    assert manifest["target"]["cross_compiler"] == "aarch64-linux-gnu-gcc"
+    if target == "jetson-orin":
+        assert (tmp_path / target / "kernels.cu").read_text().count("__global__") >= 3
+        cubin = manifest["artifacts"]["cubin"]
+        assert cubin["built"] == (shutil.which("nvcc") is not None)
+        if cubin["built"]:
+            assert cubin["arch"] == "sm_87" and (tmp_path / target / cubin["file"]).is_file()
+
+
+def test_compile_cuda_without_nvcc_says_so(checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setattr("edgekit.compilers.build.NVCC", "no-such-nvcc")
+    result = run("compile", checkpoint[0], "--format", "mxfp8", "--target", "h100", "-o", tmp_path / "b")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["artifacts"]["cubin"] == {"built": False, "reason": "nvcc not found on PATH"}
+    assert "no cubin: nvcc not found" in result.output
+
+
+def test_compile_onnx_file_and_registered_name(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    path = tmp_path / "m.onnx"
+    torch.onnx.export(model, (torch.zeros(1, 32),), str(path), dynamo=False)
+    result = run("compile", path, "--format", "mxint8", "-o", tmp_path / "onnx_build")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "onnx_build" / "manifest.json").read_text())
+    assert manifest["model_source"] == "onnx" and set(manifest["layers"]) == {"0", "2"}
+    result = run("compile", "digits", "--format", "fp16", "-o", tmp_path / "digits_build")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "digits_build" / "manifest.json").read_text())["layers"]["0"]["weight_bits"] == 16
+
+
+def test_export_runs_in_onnxruntime(checkpoint, tmp_path):
+    path, model = checkpoint
+    out = tmp_path / "m.onnx"
+    result = run("export", path, "--format", "mxfp6_e2m3", "-o", out)
+    assert result.exit_code == 0, result.output
+    graph = onnx.load(str(out)).graph
+    assert {i.data_type for i in graph.initializer if i.name.endswith("codes")} <= {onnx.TensorProto.UINT8}
+    x = np.random.default_rng(1).random((1, 64), dtype=np.float32)
+    session = onnx_session(out)
+    (y,) = session.run(None, {session.get_inputs()[0].name: x})
+    with torch.no_grad():
+        np.testing.assert_allclose(y, quantized_copy(model, "mxfp6_e2m3")(torch.from_numpy(x)).numpy(),
+                                   rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["no-such-model"], "neither a registered model (digits"),
+    (["{ckpt}", "--format", "mxfp5"], "unknown format 'mxfp5'; allowed: fp32, fp16, mxfp8_e4m3"),
+    (["{ckpt}", "--target", "tpu-v9"], "tpu-v9"),
+    (["{ckpt}", "--target", '{"kind": "opencl"}'], "preflight failed"),
+    (["{ckpt}", "--target", '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'], "names no cross compiler"),
+    (["{ckpt}", "--layer", "fc9=mxint8"], "plan override names layer 'fc9'"),
+    (["{ckpt}", "--layer", "oops"], "must look like NAME=FORMAT"),
+    (["{bad_onnx}"], "is not a valid ONNX model"),
+    (["{foreign_ckpt}"], "is not an edgekit checkpoint"),
+])
+def test_bad_input_is_named_and_writes_nothing(checkpoint, tmp_path, args, message):
+    bad_onnx = tmp_path / "bad.onnx"
+    bad_onnx.write_bytes(b"not a protobuf at all")
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"weights": torch.zeros(3)}, foreign)
+    fill = {"{ckpt}": checkpoint[0], "{bad_onnx}": bad_onnx, "{foreign_ckpt}": foreign}
+    args = [str(fill.get(a, a)) for a in args]
+    out = tmp_path / "out"
+    result = run("compile", *args, "-o", out)
+    assert result.exit_code != 0
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_output_directory_that_is_not_a_build_is_refused(checkpoint, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    result = run("compile", checkpoint[0], "-o", out)
+    assert result.exit_code != 0 and "is not an edgekit build directory" in result.output
+    assert (out / "notes.txt").read_text() == "keep me"
