@@ -6,7 +6,7 @@ from click.testing import CliRunner
 from edgekit import __version__
 from edgekit.cli import main
 
-COMMANDS = ["formats", "qsnr", "demo"]
+COMMANDS = ["formats", "qsnr", "demo", "targets", "compile", "export"]
 
 
 def run(*args):
