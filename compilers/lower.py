@@ -24,7 +24,7 @@ from edgekit.simulators.layouts import BLOCK_HALVES, PACKED, layouts_for, to_lay
 
 from .decode_kernels import conv2d_kernel, dense_kernel
 from .importer import ImportedModel
-from .plan import BASELINES, block_format, check_weight_format
+from .plan import BASELINES, block_format, check_plan
 from .schedules import KERNEL_ATTR, dense_lanes
 
 DEVICES = ("cpu", "cuda")
@@ -184,13 +184,10 @@ def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu") ->
     """Swap every planned weight for packed codes + a fused decode kernel; bind the rest."""
     if device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
-    unknown = sorted(set(plan) - set(imported.layers))
-    if unknown:
-        raise ValueError(f"plan names layers the model does not have: {', '.join(unknown)}; "
-                         f"layers: {', '.join(imported.layers) or '(none)'}")
+    plan = check_plan(imported.layers, plan)
     weights = {imported.layers[layer]: (layer, imported.params[imported.layers[layer]]) for layer in plan}
     mutator = _LowerWeights(imported.mod, weights, device)
-    mutator.plan_formats = {layer: check_weight_format(fmt) for layer, fmt in plan.items()}
+    mutator.plan_formats = plan
     main = mutator.visit_expr(imported.mod["main"])
     mutator.builder_.update_func(mutator.builder_.get().get_global_var("main"), main)
     mod = mutator.builder_.get()

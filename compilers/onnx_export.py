@@ -48,7 +48,7 @@ from torch import nn
 from edgekit.simulators import QuantizedTensor, quantize
 from edgekit.simulators.codec import kernel_tables
 
-from .plan import block_format, check_weight_format, plannable_layers
+from .plan import block_format, check_plan, plannable_layers
 
 DEFAULT_OPSET = 18  # BitwiseAnd / BitwiseOr need opset 18
 MIN_OPSET = 18
@@ -223,15 +223,7 @@ def _check_plan(model: nn.Module, plan) -> dict[str, str]:
     if not isinstance(plan, dict):
         raise ValueError(  # noqa: TRY004
             f"plan must be a dict of layer name -> format (see compilers.plan.make_plan), got {type(plan).__name__}")
-    layers = plannable_layers(model)
-    checked = {}
-    for layer, fmt in plan.items():
-        if layer not in layers:
-            known = ", ".join(layers) or "(none)"
-            raise ValueError(f"plan names layer {layer!r}, which is not a Linear/Conv layer of "
-                             f"{type(model).__name__}; layers: {known}")
-        checked[layer] = check_weight_format(fmt)
-    return checked
+    return check_plan(plannable_layers(model), plan)
 
 
 def _first_line(error: BaseException) -> str:

@@ -62,13 +62,21 @@ def make_plan(model: nn.Module | Iterable[str], default: str = "mxfp4",
     default = check_weight_format(default)
     layers = list(plannable_layers(model) if isinstance(model, nn.Module) else model)
     plan = dict.fromkeys(layers, default)
-    for layer, fmt in (overrides or {}).items():
+    plan.update(check_plan(layers, overrides or {}, what="plan override"))
+    return plan
+
+
+def check_plan(layers: Iterable[str], plan: Mapping[str, str], what: str = "plan") -> dict[str, str]:
+    """``plan`` with canonical format names, or an error naming a layer not among ``layers``."""
+    layers = list(layers)
+    checked = {}
+    for layer, fmt in plan.items():
         if layer not in layers:
             known = ", ".join(layers) or "(none)"
-            raise ValueError(f"plan override names layer {layer!r}, which is not a Linear/Conv layer of "
+            raise ValueError(f"{what} names layer {layer!r}, which is not a Linear/Conv layer of "
                              f"the model; layers: {known}")
-        plan[layer] = check_weight_format(fmt)
-    return plan
+        checked[layer] = check_weight_format(fmt)
+    return checked
 
 
 def parse_overrides(items: list[str]) -> dict[str, str]:

@@ -121,7 +121,7 @@ def test_plan_naming_unknown_layer_in_lower():
     cls, shape = NETWORKS["mlp"]
     model = seeded(cls)
     imported = import_torch(model, (torch.randn(*shape),))
-    with pytest.raises(ValueError, match="plan names layers the model does not have: nope; layers: fc1, fc2"):
+    with pytest.raises(ValueError, match="plan names layer 'nope', which is not a Linear/Conv layer of the model; layers: fc1, fc2"):
         lower(imported, {"nope": "mxfp4"})
     with pytest.raises(ValueError, match="device must be one of cpu, cuda"):
         lower(imported, make_plan(model, "mxfp4"), "tpu")
