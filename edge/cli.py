@@ -194,6 +194,46 @@ def export(model, fmt, layers, output, seed):
 
 
 @main.command()
+@model_argument
+@click.option("--target", "target", default="host", show_default=True,
+              help="A target from `edgekit targets` (or a TVM tag / JSON dict) that runs on this machine.")
+@click.option("--format", "fmt", type=WeightFormat(), default="mxfp4", show_default=True,
+              help="Weight format of every Linear/Conv layer for TVM and the quantized ONNX graph.")
+@click.option("-r", "--repeat", type=click.IntRange(1), default=20, show_default=True,
+              help="Rounds; each round times every backend once, in rotating order.")
+@click.option("--threads", type=click.IntRange(1), default=None,
+              help="Threads for every backend (default: this machine's CPU count).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for training and for the input.")
+@output_options(default_name="bench.json")
+def bench(model, target, fmt, repeat, threads, seed, output, output_format):
+    """Time MODEL on a target: TVM build, onnxruntime (float and quantized graph), PyTorch eager.
+
+    All backends run in one process with the same thread count, interleaved over rounds.
+    A target that does not run on this machine is refused (exit code 1).
+    """
+    from tqdm import tqdm
+
+    from edgekit.targets import load_target
+
+    from .bench_job import bench_model, render_bench
+    from .provenance import provenance
+
+    try:
+        load_target(target)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--target") from None
+
+    def bar(rounds, total):
+        return tqdm(rounds, total=total, desc="bench", unit="round", leave=False)
+
+    sections = run_job(bench_model, model, fmt, target, repeat=repeat, threads=threads, seed=seed, progress=bar)
+    text = render_bench(sections)
+    click.echo(text)
+    path = write_result(output, resolve_output_format(output, output_format), sections, provenance(seed), text)
+    click.echo(f"wrote {path}", err=True)
+
+
+@main.command()
 @click.option("--format", "formats_", type=FormatName(), multiple=True,
               help="Formats to measure (repeatable; default: every format, INT ones also with asymmetric clipping).")
 @click.option("--blocks", type=BlockList(), default="tensor,256,128,64,32,16", show_default=True,

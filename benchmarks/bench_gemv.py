@@ -1,0 +1,342 @@
+"""Batch-1 GEMV and a small model, TVM decode kernels vs onnxruntime vs PyTorch, in one process (run by hand).
+
+    python benchmarks/bench_gemv.py [--n 4096] [--k 4096] [--rounds 15] [--threads 2] [--sample-ms 30]
+                                    [--skip-model] [-o benchmarks/results/gemv.json]
+
+Part 1, one ``n x k`` Linear layer at batch 1 (``y = x @ W.T``):
+  * onnxruntime fp32 MatMul at ORT_ENABLE_BASIC and at its default level (ORT_ENABLE_ALL), and,
+    since on this VM two intra-op threads are at times slower than one, at BASIC with one thread;
+  * TVM fp32: edgekit's dense kernel with the float baseline, one PrimFunc;
+  * TVM with edgekit's fused decode kernels, one PrimFunc per format
+    (``dense_kernel`` then ``schedule_dense_cpu``), the weight stored as packed codes and scales
+    in the layout ``lower`` picks; each result is checked against NumPy
+    ``x @ dequantize(quantize(W)).T`` (relative error < 1e-5) before anything is timed;
+  * PyTorch eager ``torch.nn.functional.linear``, fp32.
+Part 2, the ``digits`` MLP (trained here, seed 0) at batch 1: TVM builds of the fp32 and
+mxfp4 plans (edgekit's passes for the ``host`` target) vs onnxruntime on the float ONNX
+export (and, for reference, the mxfp4 ONNX graph and PyTorch eager).
+
+Every backend gets the same thread count (onnxruntime ``intra_op_num_threads``,
+``torch.set_num_threads``, TVM's pool through ``TVM_NUM_THREADS``, set before the pool
+starts). Each round takes one sample of every case, in an order that rotates from round to
+round; a sample is the mean of as many calls as fill ``--sample-ms``, taken after the previous
+case's spinning worker threads went idle (onnxruntime's and TVM's pools spin for 45-150 ms
+of CPU after a call, which on 2 cores would slow whichever backend runs next). TVM is timed with its
+``time_evaluator`` (C++ loop), the others with ``time.perf_counter`` around a Python loop.
+Reported: min and median over rounds, bytes read per call (codes + scales + x, or the float
+weight + x), effective GB/s, and speedups over onnxruntime fp32 at ORT_ENABLE_BASIC with the
+same threads and over the fastest onnxruntime fp32 row, all from the medians. Compare the ratios: they come from one run on the same noisy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from edgekit.bench_job import calibrate, configure_tvm_threads, python_timer, settle
+
+FORMATS = ("mxfp4", "mxint4", "nvfp4", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3")
+MAX_REL_ERR = 1e-5
+REFERENCE = "onnxruntime fp32 (basic)"
+MIB = 1024 * 1024
+
+
+@dataclass
+class Case:
+    """One thing to time: ``mean_time(n)`` is the mean seconds per call over ``n`` calls."""
+
+    name: str
+    fmt: str
+    bits: float
+    bytes_read: int
+    mean_time: Callable[[int], float]
+    timing: str
+    rel_err: float | None = None
+    number: int = 1
+    samples: list[float] = field(default_factory=list)
+
+
+def tvm_timer(module, func_name: str, args: list) -> Callable[[int], float]:
+    import tvm
+
+    evaluators = {}
+
+    def mean_time(n: int) -> float:
+        if n not in evaluators:
+            evaluators[n] = module.time_evaluator(func_name, tvm.cpu(), number=n, repeat=1)
+        return float(evaluators[n](*args).results[0])
+
+    return mean_time
+
+
+def relative_error(y: np.ndarray, ref: np.ndarray) -> float:
+    """max |y - ref| / max |ref|."""
+    return float(np.max(np.abs(y.astype(np.float64) - ref)) / np.max(np.abs(ref)))
+
+
+def ort_session(path, threads: int, level: str):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+
+
+def ort_variants(threads: int) -> list[tuple[str, str, int]]:
+    """(name, level, threads) of the onnxruntime fp32 runs: the reference, its default level, one thread."""
+    out = [(REFERENCE, "ORT_ENABLE_BASIC", threads), ("onnxruntime fp32 (default)", "ORT_ENABLE_ALL", threads)]
+    if threads > 1:
+        out.append(("onnxruntime fp32 (basic, 1 thread)", "ORT_ENABLE_BASIC", 1))
+    return out
+
+
+def matmul_onnx(path: Path, w: np.ndarray) -> None:
+    """A one-node ONNX model ``Y = X @ W.T`` (the weight stored transposed, as an exporter would)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    n, k = w.shape
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "wt"], ["y"])], "gemv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+        [numpy_helper.from_array(np.ascontiguousarray(w.T), "wt")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]:
+    import torch
+    import tvm
+
+    from edgekit.compilers.decode_kernels import dense_kernel
+    from edgekit.compilers.lower import choose_layout, func_block_size, weight_constants
+    from edgekit.compilers.plan import block_format
+    from edgekit.compilers.schedules import dense_lanes, schedule_dense_cpu
+    from edgekit.simulators import dequantize, quantize
+    from edgekit.simulators.layouts import PACKED
+    from edgekit.targets import tvm_target
+
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((n, k), dtype=np.float32) * 0.02).astype(np.float32)
+    x = rng.standard_normal((1, k), dtype=np.float32)
+    ref_fp32 = x.astype(np.float64) @ w.astype(np.float64).T
+    float_bytes = w.nbytes + x.nbytes
+    cases = []
+
+    path = tmp / "gemv.onnx"
+    matmul_onnx(path, w)
+    for name, level, ort_threads in ort_variants(threads):
+        session = ort_session(path, ort_threads, level)
+        feeds = {"x": x}
+        y = session.run(None, feeds)[0]
+
+        def call(session=session, feeds=feeds):
+            return session.run(None, feeds)
+
+        cases.append(Case(name, "fp32", 32.0, float_bytes, python_timer(call),
+                          f"perf_counter, ORT {level}, {ort_threads} intra-op threads", relative_error(y, ref_fp32)))
+
+    xt, wt = torch.from_numpy(x), torch.from_numpy(w)
+
+    def torch_call():
+        with torch.inference_mode():
+            return torch.nn.functional.linear(xt, wt)
+
+    cases.append(Case("torch eager fp32", "fp32", 32.0, float_bytes, python_timer(torch_call),
+                      "perf_counter, F.linear", relative_error(torch_call().numpy(), ref_fp32)))
+
+    target = tvm_target("host")
+    for fmt in ("fp32", *FORMATS):
+        layout = choose_layout(fmt, "cpu")
+        consts, tensor_scale, fields = weight_constants(fmt, w, layout)
+        func = dense_kernel(fmt, layout, 1, n, k, tensor_scale)
+        bits = 32 if fmt == "fp32" else block_format(fmt).element.bits
+        lanes = dense_lanes(func_block_size(fmt, k), layout or PACKED, bits)
+        func = schedule_dense_cpu(func, lanes)
+        lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+        args = [tvm.runtime.tensor(a) for a in (x, *consts, np.zeros((1, n), np.float32))]
+        lib["main"](*args)
+        dense = w if fmt == "fp32" else dequantize(quantize(w, fmt, axis=-1))
+        ref = x.astype(np.float64) @ dense.astype(np.float64).T
+        err = relative_error(args[-1].numpy(), ref)
+        if not err < MAX_REL_ERR:
+            raise AssertionError(f"TVM {fmt} GEMV differs from x @ dequantize(W).T: relative error {err:.2e}")
+        read = x.nbytes + sum(c.nbytes for c in consts)
+        cases.append(Case(f"tvm {fmt}", fmt, fields["weight_bits"], read, tvm_timer(lib.mod, "main", args),
+                          f"time_evaluator, layout {layout or 'float'}, {lanes} lanes", err))
+        print(f"built and checked tvm {fmt} ({layout or 'float'}, {lanes} lanes): relative error {err:.2e}",
+              flush=True)
+    return cases
+
+
+def model_cases(threads: int, tmp: Path, seed: int) -> list[Case]:
+    import torch
+    import tvm
+    from tvm import relax
+
+    from edgekit.compile_job import layer_totals
+    from edgekit.compilers.build import build, schedule
+    from edgekit.compilers.importer import import_torch
+    from edgekit.compilers.lower import lower
+    from edgekit.compilers.onnx_export import export_onnx
+    from edgekit.compilers.plan import make_plan
+    from edgekit.models.registry import get_model
+    from edgekit.targets import tvm_target
+
+    entry = get_model("digits")
+    config = entry.config(seed=seed)
+    print("training digits ...", flush=True)
+    module = entry.train(config).eval()
+    example = entry.example_inputs(config)
+    x = np.random.default_rng(seed).random((1, 64), dtype=np.float32)
+    with torch.inference_mode():
+        ref = module(torch.from_numpy(x)).numpy().astype(np.float64)
+    imported = import_torch(module, example)
+    numel = sum(int(np.prod(imported.params[v].shape)) for v in imported.layers.values())
+    target = tvm_target("host")
+    cases = []
+
+    float_path, quant_path = tmp / "digits.onnx", tmp / "digits_mxfp4.onnx"
+    export_onnx(module, example, make_plan(module, "fp32"), float_path)
+    quant = export_onnx(module, example, make_plan(module, "mxfp4"), quant_path)["totals"]
+    quant_ref = ort_session(quant_path, threads, "ORT_ENABLE_BASIC").run(None, {"input0": x})[0].astype(np.float64)
+    runs = [(name, float_path, level, ort_threads, "fp32", 32.0, 4 * numel, ref)
+            for name, level, ort_threads in ort_variants(threads)]
+    runs.append(("onnxruntime mxfp4 graph (basic)", quant_path, "ORT_ENABLE_BASIC", threads, "mxfp4",
+                 quant["weight_bits"], quant["weight_bytes"], quant_ref))
+    for name, path, level, ort_threads, fmt, bits, stored, expect in runs:
+        session = ort_session(path, ort_threads, level)
+        feeds = {"input0": x}
+
+        def call(session=session, feeds=feeds):
+            return session.run(None, feeds)
+
+        cases.append(Case(name, fmt, bits, stored + x.nbytes, python_timer(call),
+                          f"perf_counter, ORT {level}, {ort_threads} intra-op threads",
+                          relative_error(call()[0], expect)))
+
+    xt = torch.from_numpy(x)
+
+    def torch_call():
+        with torch.inference_mode():
+            return module(xt)
+
+    cases.append(Case("torch eager fp32", "fp32", 32.0, 4 * numel + x.nbytes, python_timer(torch_call),
+                      "perf_counter, module(x)", relative_error(torch_call().numpy(), ref)))
+
+    for fmt, expect in (("fp32", ref), ("mxfp4", quant_ref)):
+        lowered = lower(imported, make_plan(imported.layers, fmt), "cpu")
+        executable = build(schedule(lowered.mod, "cpu", target), target)
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+        args = [tvm.runtime.tensor(x)]
+        out = vm["main"](*args)
+        y = (out if hasattr(out, "numpy") else out[0]).numpy()
+        totals = layer_totals(lowered.layers)
+        cases.append(Case(f"tvm {fmt}", fmt, totals["weight_bits"], totals["codes_bytes"] + totals["scales_bytes"]
+                          + x.nbytes, tvm_timer(vm, "main", args), "time_evaluator, VM main",
+                          relative_error(y, expect)))
+    return cases
+
+
+def run_rounds(cases: list[Case], rounds: int, sample_s: float, label: str) -> None:
+    for case in cases:
+        case.number = calibrate(case, sample_s)
+    for r in range(rounds):
+        for i in range(len(cases)):
+            case = cases[(r + i) % len(cases)]
+            settle()  # the previous case's spinning worker threads
+            case.mean_time(1)  # warm the caches after the previous case
+            case.samples.append(case.mean_time(case.number))
+        print(f"{label}: round {r + 1}/{rounds}", flush=True)
+
+
+def rows_of(cases: list[Case], with_bandwidth: bool) -> list[dict]:
+    ref = statistics.median(next(c for c in cases if c.name == REFERENCE).samples)
+    fastest = min(statistics.median(c.samples) for c in cases if c.name.startswith("onnxruntime fp32"))
+    rows = []
+    for c in cases:
+        median = statistics.median(c.samples)
+        row = {"backend": c.name, "format": c.fmt, "bits/weight": round(c.bits, 4),
+               "bytes/call (MiB)" if with_bandwidth else "weights+x (MiB)": c.bytes_read / MIB,
+               "min (ms)": 1e3 * min(c.samples), "median (ms)": 1e3 * median,
+               "x onnxruntime fp32": ref / median, "x fastest onnxruntime fp32": fastest / median}
+        if with_bandwidth:
+            row["GB/s"] = c.bytes_read / median / 1e9
+        row["rel. error"] = c.rel_err
+        rows.append(row)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=4096, help="output features (rows of W)")
+    parser.add_argument("--k", type=int, default=4096, help="input features (the reduction)")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sample-ms", type=float, default=30.0, help="minimum length of one sample")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip-model", action="store_true", help="only the GEMV part")
+    parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/gemv.json"))
+    args = parser.parse_args()
+    if args.rounds < 7:
+        parser.error("--rounds must be at least 7")
+
+    tvm_threads, note = configure_tvm_threads(args.threads)  # before TVM's pool starts
+    if note:
+        print(f"warning: {note}", flush=True)
+    import json
+
+    import torch
+
+    from edgekit.output import atomic_write, json_safe, markdown_table
+    from edgekit.provenance import provenance
+    from edgekit.targets import tvm_target
+
+    torch.set_num_threads(args.threads)
+    sample_s = args.sample_ms / 1e3
+    with tempfile.TemporaryDirectory(prefix="bench-gemv-") as tmp:
+        gemv = gemv_cases(args.n, args.k, args.threads, Path(tmp), args.seed)
+        run_rounds(gemv, args.rounds, sample_s, "gemv")
+        model = [] if args.skip_model else model_cases(args.threads, Path(tmp), args.seed)
+        if model:
+            run_rounds(model, args.rounds, sample_s, "digits")
+    gemv_rows = rows_of(gemv, True)
+    model_rows = rows_of(model, False) if model else []
+    text = (f"### GEMV {args.n}x{args.k}, batch 1, {args.threads} threads, {args.rounds} rounds\n\n"
+            + markdown_table(gemv_rows))
+    if model_rows:
+        text += ("\n\n### digits MLP (64-256-256-10), batch 1\n\n" + markdown_table(model_rows))
+    print(text)
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "unknown")
+    meta = {**provenance(args.seed), "command": " ".join(["python", *sys.argv]),
+            "n": args.n, "k": args.k, "rounds": args.rounds, "sample_ms": args.sample_ms,
+            "threads": args.threads, "tvm_threads": tvm_threads, "cpu": cpu, "logical_cpus": os.cpu_count(),
+            "tvm_target": str(tvm_target("host")),
+            "speedup_and_bandwidth_from": "medians", "reference": REFERENCE,
+            "fastest_onnxruntime": "the onnxruntime fp32 row with the smallest median"}
+
+    def samples(cases):
+        return [{"backend": c.name, "format": c.fmt, "timing": c.timing, "calls_per_sample": c.number,
+                 "samples_ms": [1e3 * s for s in c.samples]} for c in cases]
+
+    result = {"meta": meta, "gemv": gemv_rows, "model": model_rows,
+              "samples": {"gemv": samples(gemv), "model": samples(model)}}
+    atomic_write(args.output, json.dumps(json_safe(result), indent=2) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
