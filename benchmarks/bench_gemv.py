@@ -159,7 +159,7 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]
 
     target = tvm_target("host")
     for fmt in ("fp32", *FORMATS):
-        layout = choose_layout(fmt, "cpu")
+        layout = choose_layout(fmt, "cpu", k)
         consts, tensor_scale, fields = weight_constants(fmt, w, layout)
         func = dense_kernel(fmt, layout, 1, n, k, tensor_scale)
         bits = 32 if fmt == "fp32" else block_format(fmt).element.bits

@@ -25,7 +25,7 @@ def schedule(mod, device: str, target=None):
     if device == "cpu":
         for gv, func in kernels.items():
             if func.attrs[KERNEL_ATTR] == "dense":
-                func = schedule_dense_cpu(func, int(func.attrs["edgekit.lanes"]))
+                func = schedule_dense_cpu(func, int(func.attrs["edgekit.lanes"]), bool(func.attrs["edgekit.parallel"]))
             else:
                 func = schedule_conv2d_cpu(func)
             mod[gv] = func.with_attr("tirx.is_scheduled", True)

@@ -4,7 +4,7 @@ Every Linear (``matmul`` with a weight parameter, transposed or not) and Conv2d
 (``conv2d`` with a weight parameter, groups = 1) whose layer the plan names is
 replaced by a ``call_tir`` to a kernel from ``decode_kernels``: its inputs are the
 weight's codes and scales in exactly the simulators' bytes (rearranged, for 4-bit
-codes on CPUs, by the verified ``block_halves`` repack), bound as constants. The
+codes on CPUs, by the verified ``nibble_halves`` repack), bound as constants. The
 float weight is dropped from the module, so it never exists on the device. Float
 baselines (``fp32``, ``fp16``) go through the same kernels with a float weight, so
 every layer shares one schedule. All remaining parameters are bound as constants.
@@ -20,12 +20,12 @@ import tvm
 from tvm import relax
 
 from edgekit.simulators import quantize
-from edgekit.simulators.layouts import BLOCK_HALVES, PACKED, layouts_for, to_layout
+from edgekit.simulators.layouts import NIBBLE_HALVES, PACKED, layout_applies, to_layout
 
 from .decode_kernels import conv2d_kernel, dense_kernel
 from .importer import ImportedModel
 from .plan import BASELINES, block_format, check_plan
-from .schedules import KERNEL_ATTR, dense_lanes
+from .schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, dense_lanes
 
 DEVICES = ("cpu", "cuda")
 OPAQUE = 8  # TVM's kOpaque op pattern: FuseOps leaves the kernel alone, so its schedule stays
@@ -57,11 +57,12 @@ class LoweredModel:
     device: str
 
 
-def choose_layout(fmt_name: str, device: str) -> str | None:
-    """block_halves for 4-bit codes on CPUs (vector decode); the simulators' packed bytes otherwise."""
+def choose_layout(fmt_name: str, device: str, row_elements: int) -> str | None:
+    """nibble_halves for 4-bit codes on CPUs (vector decode); the simulators' packed bytes otherwise."""
     if fmt_name in BASELINES:
         return None
-    return BLOCK_HALVES if device == "cpu" and BLOCK_HALVES in layouts_for(block_format(fmt_name)) else PACKED
+    fits = layout_applies(block_format(fmt_name), NIBBLE_HALVES, row_elements)
+    return NIBBLE_HALVES if device == "cpu" and fits else PACKED
 
 
 def weight_constants(fmt_name: str, weight_rows: np.ndarray, layout: str | None):
@@ -127,7 +128,7 @@ class _LowerWeights(relax.PyExprMutator):
 
     def _kernel_constants(self, layer, rows, op, shape):
         fmt_name = self.plan_formats[layer]
-        layout = choose_layout(fmt_name, self.device)
+        layout = choose_layout(fmt_name, self.device, rows.shape[-1])
         consts, tensor_scale, fields = weight_constants(fmt_name, rows, layout)
         self.records[layer] = LayerRecord(fmt_name, op, list(shape), layout, **fields)
         return fmt_name, layout, [relax.const(c) for c in consts], tensor_scale
@@ -145,7 +146,7 @@ class _LowerWeights(relax.PyExprMutator):
         lanes = dense_lanes(func_block_size(fmt_name, k), layout or PACKED, bits)
         name = f"dense_{_symbol(layer)}"
         func = func.with_attr({KERNEL_ATTR: "dense", "edgekit.lanes": lanes, "global_symbol": name,
-                               "op_pattern": OPAQUE})
+                               "edgekit.parallel": m * n * k >= PARALLEL_MIN_WEIGHTS, "op_pattern": OPAQUE})
         gv = self.builder_.add_func(func, name)
         x2 = x if len(x_shape) == 2 else self.builder_.emit(relax.op.reshape(x, (m, k)))
         y = relax.call_tir(gv, [x2, *consts], relax.TensorType((m, n), "float32"))

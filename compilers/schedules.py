@@ -5,30 +5,33 @@ split into vector lanes and factored out (``rfactor``), so each lane accumulates
 own partial sum; rows are split into groups of four, the groups run in parallel, and
 the batch loop sits inside the lane loop so every decoded vector of weights is used
 for all batch rows before it is dropped. Codes are read contiguously, which is what
-the ``block_halves`` layout is for (4-bit codes).
+the ``nibble_halves`` layout is for (4-bit codes).
 """
 
 from __future__ import annotations
 
+import math
+
 from tvm import s_tir
 
-from edgekit.simulators.layouts import BLOCK_HALVES
+from edgekit.simulators.layouts import HALVES_GROUP, NIBBLE_HALVES
 
 KERNEL_ATTR = "edgekit.kernel"  # "dense" or "conv2d": which CPU schedule applies
 ROWS_PER_TASK = 4
+PARALLEL_MIN_WEIGHTS = 1 << 17  # below this a thread pool launch costs more than it saves
 
 
 def dense_lanes(block_size: int, layout: str, code_bits: int) -> int:
-    """Vector lanes over a block's elements: half a block for nibble pairs, else up to 32."""
-    if layout == BLOCK_HALVES:
-        return block_size // 2
+    """Vector lanes over a block's elements: one nibble half (16) for nibble_halves, else up to 32."""
+    if layout == NIBBLE_HALVES:
+        return math.gcd(block_size, HALVES_GROUP // 2)
     if code_bits == 6:  # four codes per three bytes: lanes of one byte group
         return min(block_size, 4)
     return next(lanes for lanes in (32, 16, 8, 4, 2, 1) if block_size % lanes == 0)
 
 
-def schedule_dense_cpu(func, lanes: int):
-    """The CPU schedule of ``decode_kernels.dense_kernel``."""
+def schedule_dense_cpu(func, lanes: int, parallel: bool = True):
+    """The CPU schedule of ``decode_kernels.dense_kernel``; ``parallel`` spreads row groups over threads."""
     sch = s_tir.Schedule(func)
     dense = sch.get_sblock("dense")
     _, _, _, j = sch.get_loops(dense)
@@ -37,7 +40,8 @@ def schedule_dense_cpu(func, lanes: int):
     loops = {sch.get(loop).loop_var.name: loop for loop in sch.get_loops(partial)}
     rows_outer, rows_inner = sch.split(loops["o"], [None, ROWS_PER_TASK])
     sch.reorder(rows_outer, rows_inner, loops["b"], loops["j_0"], loops["i"], loops["j_1"])
-    sch.parallel(rows_outer)
+    if parallel:
+        sch.parallel(rows_outer)
     sch.vectorize(loops["j_1"])
     sch.reverse_compute_at(dense, rows_inner)
     return sch.mod["main"]

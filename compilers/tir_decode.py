@@ -6,7 +6,10 @@ expression serves LLVM (where TVM's fp4/fp6 casts fail) and CUDA alike:
 - a float ExMy code places its magnitude bits at the top of an FP32 exponent and
   mantissa, ORs in the sign, and multiplies by ``2^(127 - bias)``: normals land on
   their value, and subnormals pass through an FP32 subnormal whose product with a
-  power of two is exact. NaN and Inf codes are selected from the table's rules.
+  power of two is exact. Types with at most two exponent bits, where subnormal codes
+  are common, re-bias the exponent field with an integer add instead and build their
+  subnormals from an integer conversion, so no FP32 subnormal slows the CPU down.
+  NaN and Inf codes are selected from the table's rules.
 - an INT code is sign-extended and scaled by ``2^-frac_bits``.
 
 Scales decode the same way: E8M0 is ``2^(s - 127)`` built from its exponent field
@@ -22,7 +25,9 @@ from tvm import tirx
 
 from edgekit.simulators import BlockFormat
 from edgekit.simulators.formats import ElementType, ScaleType
-from edgekit.simulators.layouts import PACKED, check_layout
+from edgekit.simulators.layouts import HALVES_GROUP, PACKED, check_layout
+
+FEW_EXPONENT_BITS = 2  # E2M1, E2M3: decode without FP32 subnormal intermediates
 
 
 def u32(value):
@@ -42,9 +47,18 @@ def element_value(elem: ElementType, code) -> tirx.PrimExpr:
         return tirx.Cast("float32", signed) * f32(2.0**-elem.frac_bits)
     sign = (c >> u32(elem.bits - 1)) << u32(31)
     mag = c & u32((1 << (elem.bits - 1)) - 1)
-    placed = tirx.reinterpret("float32", sign | (mag << u32(23 - elem.mbits)))
-    value = placed * f32(2.0 ** (127 - elem.bias))
     exp = mag >> u32(elem.mbits)
+    if elem.ebits <= FEW_EXPONENT_BITS:
+        # Subnormal codes are a large share of such a format's values, and CPUs slow down
+        # on subnormal FP32 operands: re-bias normals in the integer domain instead, and
+        # build subnormals (m * 2^(emin - mbits)) from an integer conversion.
+        normal = tirx.reinterpret("float32", sign | ((mag << u32(23 - elem.mbits)) + u32((127 - elem.bias) << 23)))
+        tiny = tirx.Cast("float32", tirx.reinterpret("int32", mag)) * f32(2.0 ** (elem.emin - elem.mbits))
+        tiny = tirx.reinterpret("float32", tirx.reinterpret("uint32", tiny) | sign)
+        value = tirx.Select(exp == u32(0), tiny, normal)
+    else:
+        placed = tirx.reinterpret("float32", sign | (mag << u32(23 - elem.mbits)))
+        value = placed * f32(2.0 ** (127 - elem.bias))
     top = u32((1 << elem.ebits) - 1)
     if elem.nan == "all-ones":
         value = tirx.Select(mag == u32((1 << (elem.bits - 1)) - 1), f32(float("nan")), value)
@@ -71,8 +85,8 @@ def element_code(fmt: BlockFormat, layout: str, codes, row: tuple, b, j) -> tirx
 
     packed: the simulators' layout; a group of ``bytes_per_group`` little-endian bytes
     holds ``codes_per_group`` codes, lowest bits first.
-    block_halves (4-bit codes): byte ``t`` of a block holds element ``t`` in its low
-    nibble and element ``t + B/2`` in its high nibble, so a vector of bytes gives a
+    nibble_halves (4-bit codes): in each group of 32 elements, byte ``t`` holds element
+    ``t`` in its low nibble and ``t + 16`` in its high one, so a vector of bytes gives a
     vector of neighbouring elements from either nibble.
     """
     check_layout(fmt, layout)
@@ -87,9 +101,10 @@ def element_code(fmt: BlockFormat, layout: str, codes, row: tuple, b, j) -> tirx
         if per == 1:
             return word
         return (word >> tirx.Cast("uint32", (j % per) * bits)) & mask
-    half = fmt.block_size // 2
-    byte = codes[(*row, b * half + j % half)]
-    return (tirx.Cast("uint32", byte) >> tirx.Cast("uint32", (j // half) * 4)) & mask
+    k = b * fmt.block_size + j
+    t = k % HALVES_GROUP
+    byte = codes[(*row, (k // HALVES_GROUP) * (HALVES_GROUP // 2) + t % (HALVES_GROUP // 2))]
+    return (tirx.Cast("uint32", byte) >> tirx.Cast("uint32", (t // (HALVES_GROUP // 2)) * 4)) & mask
 
 
 def weight_value(fmt: BlockFormat, layout: str, codes, scales, row: tuple, b, j, tensor_scale: float | None):

@@ -5,10 +5,11 @@ another and each group of ``bytes_per_group`` bytes holds ``codes_per_group`` co
 lowest bits first (FP4/INT4: element 2t in byte t's low nibble, 2t+1 in its high
 nibble).
 
-``block_halves`` serves vector units that decode 4-bit codes: byte ``t`` of a block
-holds element ``t`` in its low nibble and element ``t + B/2`` in its high nibble, so
-one vector load of bytes yields two vectors of neighbouring elements with a mask or a
-shift, and no per-lane nibble select. Same bytes per block, same scales.
+``nibble_halves`` serves vector units that decode 4-bit codes: in every group of 32
+elements of a row, byte ``t`` holds element ``t`` in its low nibble and element
+``t + 16`` in its high nibble, so one 16-byte load yields two vectors of 16 neighbouring
+elements with a mask or a shift, and no per-lane nibble select. Same bytes, same
+scales; it applies to rows whose (block-padded) length is a multiple of 32.
 """
 
 from __future__ import annotations
@@ -18,13 +19,22 @@ import numpy as np
 from .formats import BlockFormat
 
 PACKED = "packed"
-BLOCK_HALVES = "block_halves"
-LAYOUTS = (PACKED, BLOCK_HALVES)
+NIBBLE_HALVES = "nibble_halves"
+LAYOUTS = (PACKED, NIBBLE_HALVES)
+HALVES_GROUP = 32  # elements per nibble_halves group: 16 bytes
 
 
 def layouts_for(fmt: BlockFormat) -> tuple[str, ...]:
     """The layouts ``fmt``'s codes can take."""
     return LAYOUTS if fmt.element.bits == 4 else (PACKED,)
+
+
+def layout_applies(fmt: BlockFormat, layout: str, row_elements: int) -> bool:
+    """Whether rows of ``row_elements`` elements (before block padding) can take ``layout``."""
+    if layout not in layouts_for(fmt):
+        return False
+    padded = -(-row_elements // fmt.block_size) * fmt.block_size
+    return layout == PACKED or padded % HALVES_GROUP == 0
 
 
 def check_layout(fmt: BlockFormat, layout: str) -> str:
@@ -35,11 +45,12 @@ def check_layout(fmt: BlockFormat, layout: str) -> str:
     return layout
 
 
-def _nibble_blocks(codes: np.ndarray, fmt: BlockFormat) -> np.ndarray:
+def _nibble_groups(codes: np.ndarray, fmt: BlockFormat) -> np.ndarray:
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
-    half = fmt.block_size // 2
+    half = HALVES_GROUP // 2
     if codes.shape[-1] % half:
-        raise ValueError(f"rows of {codes.shape[-1]} bytes are not whole {fmt.name} blocks of {half} bytes")
+        raise ValueError(f"{NIBBLE_HALVES} needs rows of whole {HALVES_GROUP}-element groups ({half} bytes of "
+                         f"{fmt.name} codes); these rows have {codes.shape[-1]} bytes")
     return codes.reshape(*codes.shape[:-1], -1, half)
 
 
@@ -48,8 +59,8 @@ def to_layout(codes: np.ndarray, fmt: BlockFormat, layout: str) -> np.ndarray:
     check_layout(fmt, layout)
     if layout == PACKED:
         return np.array(codes, dtype=np.uint8)
-    blocks = _nibble_blocks(codes, fmt)
-    nibbles = np.stack([blocks & 0x0F, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 2, -1)
+    groups = _nibble_groups(codes, fmt)
+    nibbles = np.stack([groups & 0x0F, groups >> 4], axis=-1).reshape(*groups.shape[:-1], 2, -1)
     return (nibbles[..., 0, :] | (nibbles[..., 1, :] << 4)).reshape(codes.shape)
 
 
@@ -58,7 +69,7 @@ def from_layout(codes: np.ndarray, fmt: BlockFormat, layout: str) -> np.ndarray:
     check_layout(fmt, layout)
     if layout == PACKED:
         return np.array(codes, dtype=np.uint8)
-    blocks = _nibble_blocks(codes, fmt)
-    elements = np.concatenate([blocks & 0x0F, blocks >> 4], axis=-1)
-    pairs = elements.reshape(*blocks.shape[:-1], -1, 2)
+    groups = _nibble_groups(codes, fmt)
+    elements = np.concatenate([groups & 0x0F, groups >> 4], axis=-1)
+    pairs = elements.reshape(*groups.shape[:-1], -1, 2)
     return (pairs[..., 0] | (pairs[..., 1] << 4)).reshape(codes.shape)
