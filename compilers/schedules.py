@@ -18,7 +18,7 @@ from edgekit.simulators.layouts import HALVES_GROUP, NIBBLE_HALVES
 
 KERNEL_ATTR = "edgekit.kernel"  # "dense" or "conv2d": which CPU schedule applies
 ROWS_PER_TASK = 4
-PARALLEL_MIN_WEIGHTS = 1 << 17  # below this a thread pool launch costs more than it saves
+PARALLEL_MIN_WEIGHTS = 1 << 13  # below this a thread pool launch costs more than it saves
 
 
 def dense_lanes(block_size: int, layout: str, code_bits: int) -> int:
