@@ -4,7 +4,7 @@ Every Linear (``matmul`` with a weight parameter, transposed or not) and Conv2d
 (``conv2d`` with a weight parameter, groups = 1) whose layer the plan names is
 replaced by a ``call_tir`` to a kernel from ``decode_kernels``: its inputs are the
 weight's codes and scales in exactly the simulators' bytes (rearranged, for 4-bit
-codes on CPUs, by the verified ``nibble_halves`` repack), bound as constants. The
+and 6-bit codes on CPUs, by the verified repacks of ``simulators.layouts``), bound as constants. The
 float weight is dropped from the module, so it never exists on the device. Float
 baselines (``fp32``, ``fp16``) go through the same kernels with a float weight, so
 every layer shares one schedule. All remaining parameters are bound as constants.
@@ -20,7 +20,7 @@ import tvm
 from tvm import relax
 
 from edgekit.simulators import quantize
-from edgekit.simulators.layouts import NIBBLE_HALVES, PACKED, layout_applies, to_layout
+from edgekit.simulators.layouts import PACKED, VECTOR_LAYOUT, layout_applies, to_layout
 
 from .decode_kernels import conv2d_kernel, dense_kernel
 from .importer import ImportedModel
@@ -58,11 +58,12 @@ class LoweredModel:
 
 
 def choose_layout(fmt_name: str, device: str, row_elements: int) -> str | None:
-    """nibble_halves for 4-bit codes on CPUs (vector decode); the simulators' packed bytes otherwise."""
+    """On CPUs the vector layout of 4- and 6-bit codes where the rows fit it; else the simulators' bytes."""
     if fmt_name in BASELINES:
         return None
-    fits = layout_applies(block_format(fmt_name), NIBBLE_HALVES, row_elements)
-    return NIBBLE_HALVES if device == "cpu" and fits else PACKED
+    fmt = block_format(fmt_name)
+    vector = VECTOR_LAYOUT.get(fmt.element.bits)
+    return vector if device == "cpu" and vector and layout_applies(fmt, vector, row_elements) else PACKED
 
 
 def weight_constants(fmt_name: str, weight_rows: np.ndarray, layout: str | None):

@@ -5,7 +5,7 @@ split into vector lanes and factored out (``rfactor``), so each lane accumulates
 own partial sum; rows are split into groups of four, the groups run in parallel, and
 the batch loop sits inside the lane loop so every decoded vector of weights is used
 for all batch rows before it is dropped. Codes are read contiguously, which is what
-the ``nibble_halves`` layout is for (4-bit codes).
+the ``nibble_halves`` and ``six_bit_planes`` layouts are for.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import math
 
 from tvm import s_tir
 
-from edgekit.simulators.layouts import HALVES_GROUP, NIBBLE_HALVES
+from edgekit.simulators.layouts import LANES, PACKED
 
 KERNEL_ATTR = "edgekit.kernel"  # "dense" or "conv2d": which CPU schedule applies
 ROWS_PER_TASK = 4
@@ -22,9 +22,9 @@ PARALLEL_MIN_WEIGHTS = 1 << 13  # below this a thread pool launch costs more tha
 
 
 def dense_lanes(block_size: int, layout: str, code_bits: int) -> int:
-    """Vector lanes over a block's elements: one nibble half (16) for nibble_halves, else up to 32."""
-    if layout == NIBBLE_HALVES:
-        return math.gcd(block_size, HALVES_GROUP // 2)
+    """Vector lanes over a block's elements: 16 for the vector layouts, up to 32 for whole bytes."""
+    if layout != PACKED:
+        return math.gcd(block_size, LANES)
     if code_bits == 6:  # four codes per three bytes: lanes of one byte group
         return min(block_size, 4)
     return next(lanes for lanes in (32, 16, 8, 4, 2, 1) if block_size % lanes == 0)

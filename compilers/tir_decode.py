@@ -25,7 +25,14 @@ from tvm import tirx
 
 from edgekit.simulators import BlockFormat
 from edgekit.simulators.formats import ElementType, ScaleType
-from edgekit.simulators.layouts import HALVES_GROUP, PACKED, check_layout
+from edgekit.simulators.layouts import (
+    GROUP_ELEMENTS,
+    LANES,
+    NIBBLE_HALVES,
+    PACKED,
+    SIX_BIT_PLANES,
+    check_layout,
+)
 
 FEW_EXPONENT_BITS = 2  # E2M1, E2M3: decode without FP32 subnormal intermediates
 
@@ -85,9 +92,8 @@ def element_code(fmt: BlockFormat, layout: str, codes, row: tuple, b, j) -> tirx
 
     packed: the simulators' layout; a group of ``bytes_per_group`` little-endian bytes
     holds ``codes_per_group`` codes, lowest bits first.
-    nibble_halves (4-bit codes): in each group of 32 elements, byte ``t`` holds element
-    ``t`` in its low nibble and ``t + 16`` in its high one, so a vector of bytes gives a
-    vector of neighbouring elements from either nibble.
+    nibble_halves and six_bit_planes: 16 neighbouring elements from 16 consecutive bytes
+    at one shift (see ``simulators.layouts``), so the extraction vectorizes.
     """
     check_layout(fmt, layout)
     bits = fmt.element.bits
@@ -102,9 +108,20 @@ def element_code(fmt: BlockFormat, layout: str, codes, row: tuple, b, j) -> tirx
             return word
         return (word >> tirx.Cast("uint32", (j % per) * bits)) & mask
     k = b * fmt.block_size + j
-    t = k % HALVES_GROUP
-    byte = codes[(*row, (k // HALVES_GROUP) * (HALVES_GROUP // 2) + t % (HALVES_GROUP // 2))]
-    return (tirx.Cast("uint32", byte) >> tirx.Cast("uint32", (t // (HALVES_GROUP // 2)) * 4)) & mask
+    t = k % LANES
+    if layout == NIBBLE_HALVES:
+        group = k // GROUP_ELEMENTS[NIBBLE_HALVES]
+        return _bits(codes[(*row, group * LANES + t)], ((k // LANES) % 2) * 4, 4)
+    group = k // GROUP_ELEMENTS[SIX_BIT_PLANES]
+    quarter = (k // LANES) % 4
+    base = group * (GROUP_ELEMENTS[SIX_BIT_PLANES] * 6 // 8)
+    low = _bits(codes[(*row, base + (quarter // 2) * LANES + t)], (quarter % 2) * 4, 4)
+    top = _bits(codes[(*row, base + 2 * LANES + t)], quarter * 2, 2)
+    return low | (top << u32(4))
+
+
+def _bits(byte, shift, width: int):
+    return (tirx.Cast("uint32", byte) >> tirx.Cast("uint32", shift)) & u32((1 << width) - 1)
 
 
 def weight_value(fmt: BlockFormat, layout: str, codes, scales, row: tuple, b, j, tensor_scale: float | None):

@@ -29,7 +29,7 @@ def assert_bits_equal(actual, expected):
 @pytest.mark.parametrize(("name", "layout"), CASES)
 def test_quantized_tensors(name, layout):
     rng = np.random.default_rng(7)
-    x = (rng.standard_normal((12, 96)) * np.exp2(rng.integers(-40, 40, (12, 1)))).astype(np.float32)
+    x = (rng.standard_normal((12, 128)) * np.exp2(rng.integers(-40, 40, (12, 1)))).astype(np.float32)
     x[0, :6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0]
     x[1] = 0.0
     x[2, :4] = [1e-40, -3e-39, 2e-45, 0.0]  # FP32 subnormals: tiny scales
@@ -42,7 +42,7 @@ def test_every_code_and_scale_byte(name, layout):
     """Random bytes: every element code, every scale code (0, 255 and NaN scales included)."""
     fmt = get_format(name)
     rng = np.random.default_rng(3)
-    n_blocks = 64 // fmt.block_size * 2  # whole 32-element groups for nibble_halves
+    n_blocks = 128 // fmt.block_size  # whole groups of the vector layouts
     rows = 256 // n_blocks + 1
     codes = rng.integers(0, 256, (rows, n_blocks * fmt.bytes_per_block), dtype=np.uint8)
     scales = rng.integers(0, 256, (rows, n_blocks), dtype=np.uint8)
