@@ -125,3 +125,28 @@ def test_plan_naming_unknown_layer_in_lower():
         lower(imported, {"nope": "mxfp4"})
     with pytest.raises(ValueError, match="device must be one of cpu, cuda"):
         lower(imported, make_plan(model, "mxfp4"), "tpu")
+
+
+def test_onnx_matmul_with_untransposed_weight(tmp_path):
+    """An ONNX MatMul whose weight initializer is (in, out), as other tools write it."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((64, 48)).astype(np.float32)
+    bias = rng.standard_normal(48).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "proj.weight"], ["h"]), helper.make_node("Add", ["h", "proj.bias"], ["y"])],
+        "proj", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 48])],
+        [numpy_helper.from_array(w, "proj.weight"), numpy_helper.from_array(bias, "proj.bias")])
+    path = tmp_path / "proj.onnx"
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString())
+    imported = import_onnx(path)
+    assert list(imported.layers) == ["proj"]
+    executable, lowered = compile_for_cpu(imported, make_plan(imported.layers, "nvfp4"))
+    assert lowered.layers["proj"].shape == [64, 48] and lowered.layers["proj"].op == "gemm"
+    x = rng.standard_normal((2, 64)).astype(np.float32)
+    from edgekit.simulators import quantize_dequantize
+
+    expected = x @ quantize_dequantize(np.ascontiguousarray(w.T), "nvfp4", axis=1).T + bias
+    assert_float32_close(run(executable, [x])[0], expected)
