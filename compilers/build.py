@@ -89,10 +89,15 @@ def nvcc_cubin(source_path: Path, arch: str, out_path: Path, timeout: float = 30
     nvcc = shutil.which(NVCC)
     if nvcc is None:
         return {"built": False, "reason": "nvcc not found on PATH"}
-    result = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-o", str(out_path), str(source_path)],
-                            capture_output=True, text=True, timeout=timeout, check=False)
+    try:
+        result = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-o", str(out_path), str(source_path)],
+                                capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"built": False, "arch": arch, "reason": f"nvcc took longer than {timeout:g} s for {arch}"}
     if result.returncode != 0:
-        raise RuntimeError(f"nvcc failed for {arch}:\n{result.stderr[-2000:]}")
+        errors = [line for line in result.stderr.splitlines() if "error" in line or "fatal" in line]
+        return {"built": False, "arch": arch, "reason": f"nvcc failed for {arch}: "
+                f"{(errors or result.stderr.splitlines() or ['no message'])[0].strip()}"}
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout.strip().splitlines()
     return {"built": True, "arch": arch, "nvcc": version[-1] if version else "unknown"}
 

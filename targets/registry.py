@@ -65,12 +65,12 @@ class HardwareTarget:
     native_formats: tuple[str, ...] = ()
     cuda_arch: str | None = None  # e.g. "sm_87"
     cross_compiler: str | None = None  # e.g. "aarch64-linux-gnu-gcc"; None: the host's compiler
-    source: str = ""  # the data file, or "tvm tag" / "json"
+    source: str = ""  # the data file, or "tvm tag" / "tvm kind" / "json"
 
     @property
     def registered(self) -> bool:
         """Whether this target comes from a registry data file."""
-        return self.source not in ("tvm tag", "json")
+        return self.source not in ("tvm tag", "tvm kind", "json")
 
     def peak(self, precision: str) -> float | None:
         """Peak throughput in ops/s at ``precision`` (``"fp16"``, ``"fp8"`` ...), ``None`` if unknown."""
@@ -107,6 +107,8 @@ def load_target(spec: str | HardwareTarget) -> HardwareTarget:
 
     if text in tvm.target.list_tags():
         return _from_tvm(text, text, source="tvm tag")
+    if text in tvm.target.Target.list_kinds():  # a bare kind: TVM's defaults for it
+        return _from_tvm(text, {"kind": text}, source="tvm kind")
     raise ValueError(_unknown_spec_message(spec, text, list(tvm.target.list_tags())))
 
 
@@ -314,7 +316,8 @@ def _from_tvm(spec: str, arg: str | dict, source: str) -> HardwareTarget:
     triple = cpu.attrs.get("mtriple") if cpu is not None and cpu.kind.name == "llvm" else None
     arch = _arch_of_triple(str(triple)) if triple else None
     cuda_arch = str(target.attrs["arch"]) if kind == "cuda" and target.attrs.get("arch") else None
-    description = f"TVM tag {spec}" if source == "tvm tag" else f"TVM target ({kind}) from a JSON dict"
+    description = {"tvm tag": f"TVM tag {spec}", "tvm kind": f"TVM target kind {kind} with TVM's defaults"}.get(
+        source, f"TVM target ({kind}) from a JSON dict")
     return HardwareTarget(name=spec, description=description, arch=arch, device=device, tvm_spec=spec,
                           cuda_arch=cuda_arch, source=source)
 

@@ -91,3 +91,12 @@ def test_missing_cross_compiler_is_named(cnn_per_format, tmp_path):
     with pytest.raises(ValueError, match="cross compiler 'no-such-gcc' is not on PATH"):
         export_library(executable, tmp_path / "model.so", "no-such-gcc")
     assert not (tmp_path / "model.so").exists()
+
+
+@needs_nvcc
+def test_nvcc_refusal_is_reported_not_raised(tmp_path):
+    cu = tmp_path / "bad.cu"
+    cu.write_text("__global__ void k() { this is not C; }\n")
+    result = nvcc_cubin(cu, "sm_90", tmp_path / "bad.cubin")
+    assert result["built"] is False and result["reason"].startswith("nvcc failed for sm_90: ")
+    assert "error" in result["reason"]

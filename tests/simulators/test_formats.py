@@ -10,13 +10,13 @@ from .oracle import ML_TYPES
 
 # The OCP MX v1.0 numbers, written out independently of the table.
 SPEC = {
-    "e4m3": dict(max_normal=448.0, min_subnormal=2.0**-9, min_normal=2.0**-6, nan=True, inf=False),
-    "e5m2": dict(max_normal=57344.0, min_subnormal=2.0**-16, min_normal=2.0**-14, nan=True, inf=True),
-    "e3m2": dict(max_normal=28.0, min_subnormal=2.0**-4, min_normal=0.25, nan=False, inf=False),
-    "e2m3": dict(max_normal=7.5, min_subnormal=0.125, min_normal=1.0, nan=False, inf=False),
-    "e2m1": dict(max_normal=6.0, min_subnormal=0.5, min_normal=1.0, nan=False, inf=False),
-    "int8": dict(max_normal=127 / 64, min_subnormal=1 / 64, min_normal=1 / 64, nan=False, inf=False),
-    "int4": dict(max_normal=7 / 4, min_subnormal=1 / 4, min_normal=1 / 4, nan=False, inf=False),
+    "e4m3": {"max_normal": 448.0, "min_subnormal": 2.0**-9, "min_normal": 2.0**-6, "nan": True, "inf": False},
+    "e5m2": {"max_normal": 57344.0, "min_subnormal": 2.0**-16, "min_normal": 2.0**-14, "nan": True, "inf": True},
+    "e3m2": {"max_normal": 28.0, "min_subnormal": 2.0**-4, "min_normal": 0.25, "nan": False, "inf": False},
+    "e2m3": {"max_normal": 7.5, "min_subnormal": 0.125, "min_normal": 1.0, "nan": False, "inf": False},
+    "e2m1": {"max_normal": 6.0, "min_subnormal": 0.5, "min_normal": 1.0, "nan": False, "inf": False},
+    "int8": {"max_normal": 127 / 64, "min_subnormal": 1 / 64, "min_normal": 1 / 64, "nan": False, "inf": False},
+    "int4": {"max_normal": 7 / 4, "min_subnormal": 1 / 4, "min_normal": 1 / 4, "nan": False, "inf": False},
 }
 
 

@@ -246,3 +246,9 @@ host = { kind = "llvm", mtriple = "x86_64-linux-gnu" }
         path = write(tmp_path, cuda.replace(old, new), "gpu")
         with pytest.raises(ValueError, match=re.escape(f"{path}: field {field!r}")):
             _load_file(path)
+
+
+def test_bare_tvm_kind_takes_tvm_defaults():
+    cuda = load_target("cuda")
+    assert cuda.device == "cuda" and cuda.cuda_arch and not cuda.registered
+    assert load_target("llvm").device == "cpu"
