@@ -148,9 +148,13 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
     log(f"lowering {len(plan)} layers for {target.name} ({device}) ...")
     lowered = lower(imported, plan, device)
     tvm_tgt = tvm_target(target)
-    mod = schedule(lowered.mod, device, tvm_tgt)
     log("building ...")
-    executable = build(mod, tvm_tgt)
+    try:
+        executable = build(schedule(lowered.mod, device, tvm_tgt), tvm_tgt)
+    except Exception as err:  # TVM raises InternalError and others from deep inside its passes
+        first = str(err).strip().splitlines()
+        raise ValueError(f"TVM could not build {source.label} for {target.name}: {type(err).__name__}: "
+                         f"{first[-1] if first else ''}") from err
     cross = target.cross_compiler if target.arch not in (None, this_arch()) else None
     parent = out_dir.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
