@@ -39,6 +39,7 @@ class LayerRecord:
     op: str  # "gemv", "gemm" or "conv2d"
     shape: list  # the weight's shape as the model holds it
     layout: str | None
+    weights: int  # elements of the weight
     codes_bytes: int
     scales_bytes: int
     tensor_scale_bytes: int
@@ -74,13 +75,13 @@ def weight_constants(fmt_name: str, weight_rows: np.ndarray, layout: str | None)
     if fmt_name in BASELINES:
         dtype = np.float32 if fmt_name == "fp32" else np.float16
         stored = np.ascontiguousarray(weight_rows.astype(dtype))
-        return [stored], None, {"codes_bytes": stored.nbytes, "scales_bytes": 0, "tensor_scale_bytes": 0,
-                                "weight_bits": 8.0 * stored.nbytes / stored.size}
+        return [stored], None, {"weights": stored.size, "codes_bytes": stored.nbytes, "scales_bytes": 0,
+                                "tensor_scale_bytes": 0, "weight_bits": 8.0 * stored.nbytes / stored.size}
     fmt = block_format(fmt_name)
     q = quantize(np.ascontiguousarray(weight_rows, dtype=np.float32), fmt, axis=-1)
     ts_bytes = 4 if fmt.tensor_scale else 0
-    fields = {"codes_bytes": q.codes.nbytes, "scales_bytes": q.scales.nbytes, "tensor_scale_bytes": ts_bytes,
-              "weight_bits": 8.0 * q.nbytes / q.numel}
+    fields = {"weights": q.numel, "codes_bytes": q.codes.nbytes, "scales_bytes": q.scales.nbytes,
+              "tensor_scale_bytes": ts_bytes, "weight_bits": 8.0 * q.nbytes / q.numel}
     return [to_layout(q.codes, fmt, layout), q.scales], q.tensor_scale, fields
 
 

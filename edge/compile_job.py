@@ -110,10 +110,9 @@ def cuda_arch(target) -> str | None:
 
 def layer_totals(layers: dict) -> dict:
     """Bytes of codes and scales over all planned layers, and their effective bits per weight."""
-    numel = sum(8 * (r.codes_bytes + r.scales_bytes + r.tensor_scale_bytes) / r.weight_bits
-                for r in layers.values())
+    numel = sum(r.weights for r in layers.values())
     stored = sum(r.codes_bytes + r.scales_bytes + r.tensor_scale_bytes for r in layers.values())
-    return {"weights": round(numel), "codes_bytes": sum(r.codes_bytes for r in layers.values()),
+    return {"weights": numel, "codes_bytes": sum(r.codes_bytes for r in layers.values()),
             "scales_bytes": sum(r.scales_bytes + r.tensor_scale_bytes for r in layers.values()),
             "weight_bits": 8.0 * stored / numel if numel else None}
 
