@@ -91,10 +91,10 @@ def _static_shape(expr) -> list[int]:
 
 @relax.expr_functor.mutator
 class _LowerWeights(relax.PyExprMutator):
-    def __init__(self, mod, weights: dict[str, tuple[str, np.ndarray]], device: str):
+    def __init__(self, mod, weights: dict[str, tuple[str, np.ndarray]], plan: dict[str, str], device: str):
         super().__init__(mod)
         self.weights = weights  # weight variable name -> (layer, value)
-        self.plan_formats: dict[str, str] = {}
+        self.plan_formats = plan
         self.device = device
         self.records: dict[str, LayerRecord] = {}
 
@@ -189,8 +189,7 @@ def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu") ->
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     plan = check_plan(imported.layers, plan)
     weights = {imported.layers[layer]: (layer, imported.params[imported.layers[layer]]) for layer in plan}
-    mutator = _LowerWeights(imported.mod, weights, device)
-    mutator.plan_formats = plan
+    mutator = _LowerWeights(imported.mod, weights, plan, device)
     main = mutator.visit_expr(imported.mod["main"])
     mutator.builder_.update_func(mutator.builder_.get().get_global_var("main"), main)
     mod = mutator.builder_.get()

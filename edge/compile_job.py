@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgekit.compilers.importer import ImportedModel, import_onnx, import_torch
+from edgekit.compilers.lower import DEVICES
 from edgekit.compilers.plan import make_plan, parse_overrides
 
 from .output import json_safe
 from .provenance import provenance
 
-LOWERED_DEVICES = ("cpu", "cuda")
 MANIFEST = "manifest.json"
 LIBRARY = "model.so"
 CUDA_SOURCE = "kernels.cu"
@@ -71,9 +71,9 @@ def preflight(imported: ImportedModel, plan: dict[str, str], target) -> list[str
     import tvm
 
     problems = []
-    if target.device not in LOWERED_DEVICES:
+    if target.device not in DEVICES:
         problems.append(f"device kind {target.device!r}: edgekit lowers decode kernels for "
-                        f"{', '.join(LOWERED_DEVICES)} targets only (formats {', '.join(sorted(set(plan.values())))})")
+                        f"{', '.join(DEVICES)} targets only (formats {', '.join(sorted(set(plan.values())))})")
     ops = set()
 
     def collect(expr):
