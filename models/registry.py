@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import digits
+from . import digits, lm
 
 CHECKPOINT_KEYS = ("model", "config", "state_dict")
 
@@ -32,6 +32,8 @@ def _digits_inputs(config) -> tuple:
 MODELS: dict[str, ModelEntry] = {
     "digits": ModelEntry("digits", "MLP 64-256-256-10 on scikit-learn's 8x8 digits", digits.DigitsConfig,
                          digits.build, digits.train, _digits_inputs),
+    "lm": ModelEntry("lm", "Llama-style byte-level decoder (RMSNorm, RoPE, SwiGLU) on the CPython stdlib sources",
+                     lm.LMConfig, lm.build, lm.train, lm.example_inputs),
 }
 
 
