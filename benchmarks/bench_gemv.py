@@ -120,12 +120,9 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]
     import torch
     import tvm
 
-    from edgekit.compilers.decode_kernels import dense_kernel
-    from edgekit.compilers.lower import choose_layout, func_block_size, weight_constants
-    from edgekit.compilers.plan import block_format
-    from edgekit.compilers.schedules import dense_lanes, schedule_dense_cpu
+    from edgekit.compilers.build import schedule_cpu_kernel
+    from edgekit.compilers.lower import choose_layout, dense_function, weight_constants
     from edgekit.simulators import dequantize, quantize
-    from edgekit.simulators.layouts import PACKED
     from edgekit.targets import tvm_target
 
     rng = np.random.default_rng(seed)
@@ -161,10 +158,9 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]
     for fmt in ("fp32", *FORMATS):
         layout = choose_layout(fmt, "cpu", k)
         consts, tensor_scale, fields = weight_constants(fmt, w, layout)
-        func = dense_kernel(fmt, layout, 1, n, k, tensor_scale)
-        bits = 32 if fmt == "fp32" else block_format(fmt).element.bits
-        lanes = dense_lanes(func_block_size(fmt, k), layout or PACKED, bits)
-        func = schedule_dense_cpu(func, lanes)
+        func = dense_function(fmt, layout, 1, n, k, tensor_scale)
+        lanes = int(func.attrs["edgekit.lanes"])
+        func = schedule_cpu_kernel(func)
         lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
         args = [tvm.runtime.tensor(a) for a in (x, *consts, np.zeros((1, n), np.float32))]
         lib["main"](*args)

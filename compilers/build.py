@@ -24,16 +24,21 @@ def schedule(mod, device: str, target=None):
                if isinstance(func, tirx.PrimFunc) and func.attrs and KERNEL_ATTR in func.attrs}
     if device == "cpu":
         for gv, func in kernels.items():
-            if func.attrs[KERNEL_ATTR] == "dense":
-                func = schedule_dense_cpu(func, int(func.attrs["edgekit.lanes"]), bool(func.attrs["edgekit.parallel"]))
-            else:
-                func = schedule_conv2d_cpu(func)
-            mod[gv] = func.with_attr("tirx.is_scheduled", True)
+            mod[gv] = schedule_cpu_kernel(func)
         return mod
     target = tvm.target.Target(target) if target is not None else tvm.target.Target({"kind": "cuda"})
     for gv, func in kernels.items():
         mod[gv] = gpu_schedule(func, target).with_attr("tirx.is_scheduled", True)
     return mod
+
+
+def schedule_cpu_kernel(func):
+    """One decode kernel from ``lower`` with its CPU schedule, marked as scheduled."""
+    if func.attrs[KERNEL_ATTR] == "dense":
+        func = schedule_dense_cpu(func, int(func.attrs["edgekit.lanes"]), bool(func.attrs["edgekit.parallel"]))
+    else:
+        func = schedule_conv2d_cpu(func)
+    return func.with_attr("tirx.is_scheduled", True)
 
 
 def gpu_schedule(func, target):

@@ -22,6 +22,15 @@ from .tir_decode import weight_value
 FLOAT_DTYPES = {"fp32": "float32", "fp16": "float16"}
 
 
+def reduction_block(fmt: str | BlockFormat, k_size: int) -> int:
+    """The block a kernel's reduction is split into: the format's, or for a float baseline
+    the largest divisor of ``k_size`` up to 64 (``k_size`` itself below 8)."""
+    if isinstance(fmt, str) and fmt in FLOAT_DTYPES:
+        block = math.gcd(k_size, 64)
+        return block if block >= 8 else k_size
+    return (fmt if isinstance(fmt, BlockFormat) else block_format(fmt)).block_size
+
+
 @dataclass(frozen=True)
 class WeightReader:
     """How a kernel reads its weight: input buffers, and the float32 value at (row, block, j)."""
@@ -41,8 +50,7 @@ def weight_reader(fmt: str | BlockFormat, layout: str, rows: tuple, k_size: int,
     if isinstance(fmt, str) and fmt in FLOAT_DTYPES:
         dtype = FLOAT_DTYPES[fmt]
         weight = te.placeholder((*rows, k_size), dtype, name="weight")
-        block = math.gcd(k_size, 64)
-        block = block if block >= 8 else k_size
+        block = reduction_block(fmt, k_size)
 
         def read_float(row, b, j):
             return tirx.Cast("float32", weight[(*row, b * block + j)])

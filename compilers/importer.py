@@ -61,14 +61,13 @@ def import_torch(model, example_inputs: tuple) -> ImportedModel:
             warnings.simplefilter("ignore")
             program = torch.export.export(model, example_inputs)
     except Exception as err:  # torch raises many exception types here
-        raise ValueError(f"torch.export could not trace {type(model).__name__}: "
-                         f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}") from err
+        raise ValueError(f"torch.export could not trace {type(model).__name__}: {describe_error(err)}") from err
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             mod = from_exported_program(program, keep_params_as_input=True)
     except Exception as err:  # the frontend raises on ops it has no translation for
-        raise ValueError(f"TVM cannot import {type(model).__name__}: {_first_line(err)}") from err
+        raise ValueError(f"TVM cannot import {type(model).__name__}: {describe_error(err)}") from err
     mod, params = _detach(mod, len(example_inputs))
     to_fqn = program.graph_signature.inputs_to_parameters
     layers = {}
@@ -95,13 +94,13 @@ def import_onnx(path) -> ImportedModel:
         model = onnx.load(str(path))
         onnx.checker.check_model(model)
     except Exception as err:  # onnx raises DecodeError, ValidationError, ...
-        raise ValueError(f"{path} is not a valid ONNX model: {_first_line(err)}") from err
+        raise ValueError(f"{path} is not a valid ONNX model: {describe_error(err)}") from err
     initializers = {i.name for i in model.graph.initializer}
     graph_inputs = [i for i in model.graph.input if i.name not in initializers]
     try:
         mod = from_onnx(model, keep_params_in_input=True)
     except Exception as err:  # the frontend raises on unsupported ops
-        raise ValueError(f"TVM cannot import {path.name}: {_first_line(err)}") from err
+        raise ValueError(f"TVM cannot import {path.name}: {describe_error(err)}") from err
     mod, params = _detach(mod, len(graph_inputs))
     sanitized = {_sanitize(name): name for name in initializers}
     layers = {}
@@ -120,6 +119,7 @@ def _sanitize(name: str) -> str:
     return re.sub(r"[^0-9a-zA-Z_]", "_", name)
 
 
-def _first_line(err: Exception) -> str:
+def describe_error(err: BaseException) -> str:
+    """``Type: first line of the message``: what a library's exception says, in one line."""
     text = str(err).strip()
     return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"

@@ -22,12 +22,13 @@ from tvm import relax
 from edgekit.simulators import quantize
 from edgekit.simulators.layouts import PACKED, VECTOR_LAYOUT, layout_applies, to_layout
 
-from .decode_kernels import conv2d_kernel, dense_kernel
+from .decode_kernels import conv2d_kernel, dense_kernel, reduction_block
 from .importer import ImportedModel
 from .plan import BASELINES, block_format, check_plan
 from .schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, dense_lanes
 
 DEVICES = ("cpu", "cuda")
+FLOAT_BITS = {"fp32": 32, "fp16": 16}
 OPAQUE = 8  # TVM's kOpaque op pattern: FuseOps leaves the kernel alone, so its schedule stays
 
 
@@ -143,13 +144,8 @@ class _LowerWeights(relax.PyExprMutator):
         m = math.prod(x_shape[:-1])
         op = "gemv" if m == 1 else "gemm"
         fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, value.shape)
-        func = dense_kernel(fmt_name, layout, m, n, k, ts)
-        bits = 16 if fmt_name == "fp16" else 32 if fmt_name == "fp32" else block_format(fmt_name).element.bits
-        lanes = dense_lanes(func_block_size(fmt_name, k), layout or PACKED, bits)
         name = f"dense_{_symbol(layer)}"
-        func = func.with_attr({KERNEL_ATTR: "dense", "edgekit.lanes": lanes, "global_symbol": name,
-                               "edgekit.parallel": m * n * k >= PARALLEL_MIN_WEIGHTS, "op_pattern": OPAQUE})
-        gv = self.builder_.add_func(func, name)
+        gv = self.builder_.add_func(dense_function(fmt_name, layout, m, n, k, ts, name), name)
         x2 = x if len(x_shape) == 2 else self.builder_.emit(relax.op.reshape(x, (m, k)))
         y = relax.call_tir(gv, [x2, *consts], relax.TensorType((m, n), "float32"))
         if len(x_shape) == 2:
@@ -171,12 +167,14 @@ class _LowerWeights(relax.PyExprMutator):
         return relax.call_tir(gv, [x, *consts], relax.TensorType(out_shape, "float32"))
 
 
-def func_block_size(fmt_name: str, k_size: int) -> int:
-    """The block of the reduction split: the format's, or for float baselines as ``weight_reader`` picks."""
-    if fmt_name in BASELINES:
-        block = math.gcd(k_size, 64)
-        return block if block >= 8 else k_size
-    return block_format(fmt_name).block_size
+def dense_function(fmt_name: str, layout: str | None, m: int, n: int, k: int, tensor_scale: float | None,
+                   name: str = "main"):
+    """The dense kernel of one layer, with what ``build.schedule`` needs to schedule it."""
+    func = dense_kernel(fmt_name, layout, m, n, k, tensor_scale)
+    bits = FLOAT_BITS[fmt_name] if fmt_name in BASELINES else block_format(fmt_name).element.bits
+    lanes = dense_lanes(reduction_block(fmt_name, k), layout or PACKED, bits)
+    return func.with_attr({KERNEL_ATTR: "dense", "edgekit.lanes": lanes, "global_symbol": name,
+                           "edgekit.parallel": m * n * k >= PARALLEL_MIN_WEIGHTS, "op_pattern": OPAQUE})
 
 
 def _symbol(layer: str) -> str:

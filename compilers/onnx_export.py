@@ -48,6 +48,7 @@ from torch import nn
 from edgekit.simulators import QuantizedTensor, quantize
 from edgekit.simulators.codec import kernel_tables
 
+from .importer import describe_error
 from .plan import block_format, check_plan, plannable_layers
 
 DEFAULT_OPSET = 18  # BitwiseAnd / BitwiseOr need opset 18
@@ -226,11 +227,6 @@ def _check_plan(model: nn.Module, plan) -> dict[str, str]:
     return check_plan(plannable_layers(model), plan)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def _float_graph(model: nn.Module, example_inputs: tuple, opset: int) -> onnx.ModelProto:
     """The model's float ONNX graph from the TorchScript exporter, weights named as parameters."""
     buffer = io.BytesIO()
@@ -249,7 +245,7 @@ def _float_graph(model: nn.Module, example_inputs: tuple, opset: int) -> onnx.Mo
         return onnx.load_from_string(buffer.getvalue())
     except Exception as error:  # the exporter raises many types; report its first line
         raise ValueError(f"torch.onnx.export could not export {type(model).__name__}: "
-                         f"{type(error).__name__}: {_first_line(error)}") from error
+                         f"{describe_error(error)}") from error
 
 
 def _weight_array(module: nn.Module, layer: str) -> np.ndarray:
@@ -392,7 +388,7 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
         onnx.checker.check_model(onnx_model, full_check=True)
     except Exception as error:
         raise ValueError(f"the exported ONNX model of {type(model).__name__} fails onnx.checker: "
-                         f"{_first_line(error)}") from error
+                         f"{describe_error(error)}") from error
     if onnx_model.ByteSize() > MAX_PROTO_BYTES:
         raise ValueError(f"the exported model is {onnx_model.ByteSize()} bytes, over protobuf's 2 GiB limit "
                          f"for one file (external data is not supported)")

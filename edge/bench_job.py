@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.targets import host_arch
+
 from .compile_job import (
     ModelSource,
     PreflightError,
@@ -42,7 +44,6 @@ from .compile_job import (
     layer_totals,
     preflight,
     resolve_model,
-    this_arch,
 )
 
 TVM_THREADS_ENV = "TVM_NUM_THREADS"
@@ -65,7 +66,7 @@ def target_needs(target) -> str:
         return f"{target.arch or 'its'} CPU"
     gpu = f"{'CUDA ' if target.device == 'cuda' else target.device + ' '}GPU" + (
         f" {target.cuda_arch}" if target.cuda_arch else "")
-    return gpu + (f" on an {target.arch} host" if target.arch and target.arch != this_arch() else "")
+    return gpu + (f" on an {target.arch} host" if target.arch and target.arch != host_arch() else "")
 
 
 def check_target(target) -> None:

@@ -8,7 +8,6 @@ directory that is moved into place only when every artifact exists.
 from __future__ import annotations
 
 import json
-import platform
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from pathlib import Path
 from edgekit.compilers.importer import ImportedModel, import_onnx, import_torch
 from edgekit.compilers.lower import DEVICES
 from edgekit.compilers.plan import make_plan, parse_overrides
+from edgekit.targets import host_arch
 
 from .output import json_safe
 from .provenance import provenance
@@ -84,7 +84,7 @@ def preflight(imported: ImportedModel, plan: dict[str, str], target) -> list[str
     for op in sorted(ops):
         if op not in VM_CALL_OPS and tvm.ir.Op.get(op).get_attr("FLegalize") is None:
             problems.append(f"op {op} has no TVM lowering for {target.device}")
-    if target.arch is not None and target.arch != this_arch():
+    if target.arch is not None and target.arch != host_arch():
         compiler = target.cross_compiler
         if compiler is None:
             problems.append(f"target {target.name} runs on {target.arch}; it names no cross compiler")
@@ -94,17 +94,9 @@ def preflight(imported: ImportedModel, plan: dict[str, str], target) -> list[str
     return problems
 
 
-def this_arch() -> str:
-    machine = platform.machine().lower()
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
-
-
-def cuda_arch(target) -> str | None:
-    from edgekit.targets import tvm_target
-
-    if target.cuda_arch:
-        return target.cuda_arch
-    arch = tvm_target(target).attrs.get("arch")
+def cuda_arch(target, tvm_tgt) -> str | None:
+    """The GPU arch to build the cubin for: the target's own, else what its TVM target says."""
+    arch = target.cuda_arch or tvm_tgt.attrs.get("arch")
     return str(arch) if arch else None
 
 
@@ -154,7 +146,8 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
         first = str(err).strip().splitlines()
         raise ValueError(f"TVM could not build {source.label} for {target.name}: {type(err).__name__}: "
                          f"{first[-1] if first else ''}") from err
-    cross = target.cross_compiler if target.arch not in (None, this_arch()) else None
+    cross = target.cross_compiler if target.arch not in (None, host_arch()) else None
+    arch = cuda_arch(target, tvm_tgt) if device == "cuda" else None
     parent = out_dir.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
@@ -165,7 +158,6 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
         if device == "cuda":
             (staging / CUDA_SOURCE).write_text(cuda_source(executable))
             artifacts["cuda_source"] = CUDA_SOURCE
-            arch = cuda_arch(target)
             cubin = f"kernels.{arch}.cubin"
             artifacts["cubin"] = nvcc_cubin(staging / CUDA_SOURCE, arch, staging / cubin) if arch else {
                 "built": False, "reason": "the target names no CUDA arch"}
@@ -175,7 +167,7 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
             "model": source.label,
             "model_source": source.kind,
             "target": {"name": target.name, "tvm": str(tvm_tgt), "device": device, "arch": target.arch,
-                       "cuda_arch": cuda_arch(target) if device == "cuda" else None, "cross_compiler": cross},
+                       "cuda_arch": arch, "cross_compiler": cross},
             "format": plan_summary(plan),
             "layers": {name: record.to_json() for name, record in lowered.layers.items()},
             "totals": layer_totals(lowered.layers),

@@ -136,7 +136,7 @@ def runs_here(t: HardwareTarget | str) -> bool:
     import tvm
 
     t = load_target(t)
-    machine = _normalize_arch(platform.machine())
+    machine = host_arch()
     if t.device == "cpu":
         return t.arch == machine and tvm_target(t).kind.name == "llvm"
     if t.arch is not None and t.arch != machine:
@@ -342,6 +342,11 @@ def _resolve_native(config: Any) -> Any:
 def _arch_of_triple(triple: str) -> str:
     head = triple.split("-", 1)[0].lower()
     return _normalize_arch(head)
+
+
+def host_arch() -> str:
+    """This machine's CPU architecture in the registry's spelling (``x86_64``, ``aarch64``)."""
+    return _normalize_arch(platform.machine())
 
 
 def _normalize_arch(machine: str) -> str:

@@ -73,12 +73,12 @@ def test_aarch64_library(cnn_per_format, tmp_path):
 
 
 def test_host_library_is_this_machine(cnn_per_format, tmp_path):
-    import platform
+    from edgekit.targets import host_arch
 
     model, imported = cnn_per_format["cnn"]
     executable = build(schedule(lower(imported, make_plan(model, "mxint8"), "cpu").mod, "cpu"), "llvm")
     path = export_library(executable, tmp_path / "model.so")
-    assert elf_machine(path) == {"AMD64": "x86_64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
+    assert elf_machine(path) == host_arch()
     lib = tvm.runtime.load_module(str(path))
     vm = tvm.relax.VirtualMachine(lib, tvm.cpu())
     x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
