@@ -82,16 +82,6 @@ def relative_error(y: np.ndarray, ref: np.ndarray) -> float:
     return float(np.max(np.abs(y.astype(np.float64) - ref)) / np.max(np.abs(ref)))
 
 
-def ort_session(path, threads: int, level: str):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
-
-
 def ort_variants(threads: int) -> list[tuple[str, str, int]]:
     """(name, level, threads) of the onnxruntime fp32 runs: the reference, its default level, one thread."""
     out = [(REFERENCE, "ORT_ENABLE_BASIC", threads), ("onnxruntime fp32 (default)", "ORT_ENABLE_ALL", threads)]
@@ -122,6 +112,7 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]
 
     from edgekit.compilers.build import schedule_cpu_kernel
     from edgekit.compilers.lower import choose_layout, dense_function, weight_constants
+    from edgekit.compilers.onnx_export import onnx_session
     from edgekit.simulators import dequantize, quantize
     from edgekit.targets import tvm_target
 
@@ -135,7 +126,7 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]
     path = tmp / "gemv.onnx"
     matmul_onnx(path, w)
     for name, level, ort_threads in ort_variants(threads):
-        session = ort_session(path, ort_threads, level)
+        session = onnx_session(path, threads=ort_threads, level=level)
         feeds = {"x": x}
         y = session.run(None, feeds)[0]
 
@@ -186,7 +177,7 @@ def model_cases(threads: int, tmp: Path, seed: int) -> list[Case]:
     from edgekit.compilers.build import build, schedule
     from edgekit.compilers.importer import import_torch
     from edgekit.compilers.lower import lower
-    from edgekit.compilers.onnx_export import export_onnx
+    from edgekit.compilers.onnx_export import export_onnx, onnx_session
     from edgekit.compilers.plan import make_plan
     from edgekit.models.registry import get_model
     from edgekit.targets import tvm_target
@@ -207,13 +198,13 @@ def model_cases(threads: int, tmp: Path, seed: int) -> list[Case]:
     float_path, quant_path = tmp / "digits.onnx", tmp / "digits_mxfp4.onnx"
     export_onnx(module, example, make_plan(module, "fp32"), float_path)
     quant = export_onnx(module, example, make_plan(module, "mxfp4"), quant_path)["totals"]
-    quant_ref = ort_session(quant_path, threads, "ORT_ENABLE_BASIC").run(None, {"input0": x})[0].astype(np.float64)
+    quant_ref = onnx_session(quant_path, threads=threads).run(None, {"input0": x})[0].astype(np.float64)
     runs = [(name, float_path, level, ort_threads, "fp32", 32.0, 4 * numel, ref)
             for name, level, ort_threads in ort_variants(threads)]
     runs.append(("onnxruntime mxfp4 graph (basic)", quant_path, "ORT_ENABLE_BASIC", threads, "mxfp4",
                  quant["weight_bits"], quant["weight_bytes"], quant_ref))
     for name, path, level, ort_threads, fmt, bits, stored, expect in runs:
-        session = ort_session(path, ort_threads, level)
+        session = onnx_session(path, threads=ort_threads, level=level)
         feeds = {"input0": x}
 
         def call(session=session, feeds=feeds):

@@ -191,16 +191,20 @@ def decode_weight_nodes(name: str, q: QuantizedTensor) -> tuple[list[onnx.NodePr
     return b.nodes, list(b.inits.values()), b.finish(out)
 
 
-def onnx_session(path, providers=None):
-    """An onnxruntime session at ``ORT_ENABLE_BASIC``.
+def onnx_session(path, providers=None, threads: int | None = None, level: str = "ORT_ENABLE_BASIC"):
+    """An onnxruntime session, at ``ORT_ENABLE_BASIC`` unless ``level`` says otherwise.
 
     Higher levels fuse dequantize patterns into kernels whose numerics differ from the
     simulators (see NOTES); BASIC only folds constants and removes redundant nodes.
+    ``threads`` fixes the intra-op threads (and one inter-op thread), for timing.
     """
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    if threads is not None:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
     return ort.InferenceSession(os.fspath(path), options, providers=providers or ["CPUExecutionProvider"])
 
 

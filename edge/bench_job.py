@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from edgekit.compilers.onnx_export import onnx_session
 from edgekit.targets import host_arch
 
 from .compile_job import (
@@ -94,18 +95,6 @@ def configure_tvm_threads(threads: int) -> tuple[int, str]:
                 f"with {TVM_THREADS_ENV} unset or smaller (TVM's own default on x86 is half the logical CPUs); "
                 f"set {TVM_THREADS_ENV}={threads} before starting")
     return have, note
-
-
-def ort_session(path, threads: int):
-    """An onnxruntime CPU session at ``ORT_ENABLE_BASIC`` (as ``onnx_session``) with ``threads`` intra-op threads."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, ORT_LEVEL)
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
 
 
 @dataclass
@@ -216,7 +205,7 @@ def tvm_backend(imported, fmt: str, target, inputs: list[np.ndarray], threads: i
 
 
 def ort_backend(name: str, path, fmt: str, bits: float, stored: int, inputs, threads: int) -> Backend:
-    session = ort_session(path, threads)
+    session = onnx_session(path, threads=threads, level=ORT_LEVEL)
     feeds = {i.name: x for i, x in zip(session.get_inputs(), inputs, strict=True)}
 
     def call() -> np.ndarray:
