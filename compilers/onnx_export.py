@@ -35,7 +35,6 @@ import io
 import json
 import math
 import os
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from torch import nn
 
 from edgekit.simulators import QuantizedTensor, quantize
 from edgekit.simulators.codec import kernel_tables
+from edgekit.simulators.files import atomic_write
 
 from .importer import describe_error
 from .plan import block_format, check_plan, plannable_layers
@@ -275,28 +275,6 @@ def _layer_entry(fmt_name: str, shape: tuple, codes_bytes: int, scales_bytes: in
     }
 
 
-def _write_atomically(data: bytes, target: Path) -> None:
-    """Write ``data`` to a temporary file beside ``target``, then rename it into place."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as error:
-        raise OSError(f"cannot write {str(target)!r}: {error.strerror or error}") from error
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException as error:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(error, OSError):
-            raise OSError(f"cannot write {str(target)!r}: {error.strerror or error}") from error
-        raise
-
-
 def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], path, *,
                 opset: int = DEFAULT_OPSET) -> dict:
     """Export ``model`` to standard ONNX at ``path`` with the planned weights stored packed.
@@ -397,7 +375,7 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
         raise ValueError(f"the exported model is {onnx_model.ByteSize()} bytes, over protobuf's 2 GiB limit "
                          f"for one file (external data is not supported)")
     data = onnx_model.SerializeToString()
-    _write_atomically(data, target)
+    atomic_write(target, data)
 
     totals = {
         "layers": len(layers),

@@ -40,8 +40,9 @@ class ModelSource:
 
 
 def resolve_model(spec: str, seed: int = 0, log: Callable[[str], None] = print) -> ModelSource:
-    """A registered model name (trained here, seeded), a checkpoint file, or an ONNX file."""
-    from edgekit.models.registry import get_model, load_checkpoint, model_names
+    """A registered model name (trained with ``seed``, or loaded from the model cache), a
+    checkpoint file, or an ONNX file."""
+    from edgekit.models.registry import get_model, load_checkpoint, make_config, model_names, train
 
     path = Path(spec)
     if path.suffix.lower() == ".onnx":
@@ -54,10 +55,10 @@ def resolve_model(spec: str, seed: int = 0, log: Callable[[str], None] = print) 
     if spec not in model_names():
         raise ValueError(f"MODEL {spec!r} is neither a registered model ({', '.join(model_names())}), "
                          "an existing checkpoint file nor an .onnx file")
-    entry = get_model(spec)
-    config = entry.config(seed=seed) if "seed" in entry.config.__dataclass_fields__ else entry.config()
-    log(f"training {spec} (seed {seed}) ...")
-    return ModelSource(spec, "registered", entry.train(config), entry.example_inputs(config))
+    config = make_config(spec, {"seed": seed})
+    trained = train(spec, config, progress=True, log=log)
+    log(f"{spec}: {'loaded from' if trained.cached else 'trained into'} {trained.checkpoint}")
+    return ModelSource(spec, "registered", trained.model, get_model(spec).example_inputs(config))
 
 
 def import_model(source: ModelSource) -> ImportedModel:

@@ -29,16 +29,17 @@ def tensor_rows(formats: list[str], seed: int) -> list[dict]:
 
 def model_rows(formats: list[str], seed: int, log: Callable[[str], None]) -> list[dict]:
     """Test accuracy, weight QSNR and packed size of the digits MLP in each format."""
-    from edgekit.models.digits import DigitsConfig, accuracy, train
+    from edgekit.models.digits import DigitsConfig, evaluate
+    from edgekit.models.registry import train
     from edgekit.models.weights import quantizable_weights, quantized_copy
 
     config = DigitsConfig(seed=seed)
-    log("training the digits MLP on scikit-learn's digits (a few seconds) ...")
-    model = train(config)
+    log("training the digits MLP on scikit-learn's digits (a few seconds, cached) ...")
+    model = train("digits", config).model
     weights = [w.detach().numpy() for w in quantizable_weights(model).values()]
     n_weights = sum(w.size for w in weights)
     rows = [{"format": "fp32", "bits/weight": 32.0, "weight bytes": 4 * n_weights,
-             "weight QSNR dB": float("inf"), "test accuracy": accuracy(model, config)}]
+             "weight QSNR dB": float("inf"), "test accuracy": evaluate(model, config)["accuracy"]}]
     for name in formats:
         log(f"  {name}")
         packed = [quantize(np.ascontiguousarray(w), name, axis=1) for w in weights]
@@ -48,7 +49,7 @@ def model_rows(formats: list[str], seed: int, log: Callable[[str], None]) -> lis
             "bits/weight": 8 * nbytes / n_weights,
             "weight bytes": nbytes,
             "weight QSNR dB": qsnr_over((w, dequantize(q)) for w, q in zip(weights, packed)),
-            "test accuracy": accuracy(quantized_copy(model, name), config),
+            "test accuracy": evaluate(quantized_copy(model, name), config)["accuracy"],
         })
     return rows
 

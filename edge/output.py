@@ -6,9 +6,9 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
+
+from edgekit.simulators.files import atomic_write
 
 OUTPUT_FORMATS = ("md", "json", "csv")
 
@@ -44,25 +44,6 @@ def json_safe(value):
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
-
-
-def atomic_write(path: str | os.PathLike, data: str | bytes) -> Path:
-    """Write to a temporary file beside ``path``, then rename: never a half-written result."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; results are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
 
 
 def write_result(path, output_format: str, sections: dict[str, list[dict]], meta: dict, markdown: str) -> Path:

@@ -41,10 +41,11 @@ def synthetic_tensors(seed: int = 0, shape: tuple[int, int] = DEFAULT_SHAPE) -> 
 
 def model_weights(seed: int = 0) -> list[np.ndarray]:
     """Linear weights (out, in) of the digits MLP, trained here on real data."""
-    from edgekit.models.digits import DigitsConfig, train
+    from edgekit.models.digits import DigitsConfig
+    from edgekit.models.registry import train
     from edgekit.models.weights import quantizable_weights
 
-    model = train(DigitsConfig(seed=seed))
+    model = train("digits", DigitsConfig(seed=seed)).model
     return [w.detach().numpy().copy() for w in quantizable_weights(model).values()]
 
 

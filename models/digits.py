@@ -7,31 +7,39 @@ of ``edgekit demo`` and the real trained weights of the INT-vs-FP study.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import torch
 from torch import nn
 
+from .training import TrainSpec
+
 
 @dataclass(frozen=True)
 class DigitsConfig:
     hidden: int = 256
-    epochs: int = 60
+    steps: int = 660  # 60 epochs of batches of 128
     lr: float = 3e-3
     batch: int = 128
     test_fraction: float = 0.25
     seed: int = 0
 
+    @classmethod
+    def tiny(cls, **overrides) -> DigitsConfig:
+        return cls(**{"hidden": 32, "steps": 120, **overrides})
 
-def load_digits_split(config: DigitsConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+
+@cache
+def load_digits_split(test_fraction: float = 0.25, seed: int = 0) -> tuple[np.ndarray, ...]:
     """(x_train, y_train, x_test, y_test), pixels scaled to [0, 1], split by a seeded shuffle."""
     from sklearn.datasets import load_digits
 
     data = load_digits()
     x = (data.data / 16.0).astype(np.float32)
     y = data.target.astype(np.int64)
-    order = np.random.default_rng(config.seed).permutation(len(x))
-    n_test = int(len(x) * config.test_fraction)
+    order = np.random.default_rng(seed).permutation(len(x))
+    n_test = int(len(x) * test_fraction)
     test, train = order[:n_test], order[n_test:]
     return x[train], y[train], x[test], y[test]
 
@@ -44,25 +52,25 @@ def build(config: DigitsConfig) -> nn.Module:
     )
 
 
-def train(config: DigitsConfig = DigitsConfig()) -> nn.Module:
-    """Train the MLP with Adam; the same config and seed give the same weights."""
-    torch.manual_seed(config.seed)
-    x, y, _, _ = load_digits_split(config)
-    model = build(config)
-    opt = torch.optim.Adam(model.parameters(), lr=config.lr)
+def train_spec(config: DigitsConfig) -> TrainSpec:
+    """Adam on cross-entropy over batches drawn without replacement."""
+    x, y, _, _ = load_digits_split(config.test_fraction, config.seed)
     xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-    gen = torch.Generator().manual_seed(config.seed)
-    for _ in range(config.epochs):
-        for idx in torch.randperm(len(xt), generator=gen).split(config.batch):
-            opt.zero_grad()
-            nn.functional.cross_entropy(model(xt[idx]), yt[idx]).backward()
-            opt.step()
-    return model.eval()
+
+    def loss(model, rng, step):
+        idx = torch.from_numpy(rng.choice(len(xt), min(config.batch, len(xt)), replace=False))
+        return nn.functional.cross_entropy(model(xt[idx]), yt[idx])
+
+    return TrainSpec(config.steps, lambda m: torch.optim.Adam(m.parameters(), lr=config.lr), loss)
 
 
-def accuracy(model: nn.Module, config: DigitsConfig = DigitsConfig()) -> float:
-    """Top-1 accuracy on the held-out split."""
-    _, _, x, y = load_digits_split(config)
+def evaluate(model: nn.Module, config: DigitsConfig = DigitsConfig()) -> dict:
+    """Top-1 ``accuracy`` on the held-out split."""
+    _, _, x, y = load_digits_split(config.test_fraction, config.seed)
     with torch.no_grad():
-        pred = model(torch.from_numpy(x)).argmax(dim=1).numpy()
-    return float((pred == y).mean())
+        pred = model.eval()(torch.from_numpy(x)).argmax(dim=1).numpy()
+    return {"accuracy": float((pred == y).mean())}
+
+
+def example_inputs(config: DigitsConfig = DigitsConfig()) -> tuple:
+    return (torch.zeros(1, 64),)

@@ -16,7 +16,6 @@ import hashlib
 import math
 import os
 import sysconfig
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from .training import TrainSpec
 
 VOCAB = 256
 SKIP_DIRS = frozenset({"test", "tests", "idlelib", "site-packages", "__pycache__"})
@@ -283,49 +284,26 @@ def lr_at(step: int, config: LMConfig) -> float:
     return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cos)
 
 
-def train(config: LMConfig = LMConfig(), progress: bool | None = None, log=None) -> nn.Module:
-    """Train with AdamW, warmup + cosine and gradient clipping; the same config gives the same weights.
-
-    ``progress``: a tqdm bar over steps. ``log``: an optional callable ``log(step, loss, seconds)``
-    called every 50 steps and at the end.
-    """
-    torch.manual_seed(config.seed)
+def train_spec(config: LMConfig = LMConfig()) -> TrainSpec:
+    """AdamW (no decay on norms), warmup + cosine, gradient clipping; random windows of the train bytes."""
     train_bytes = torch.from_numpy(_corpus(config)[0].astype(np.int64))
     if len(train_bytes) <= config.seq_len + 1:
         raise ValueError(f"train split has {len(train_bytes)} bytes, fewer than seq_len + 2")
-    rng = np.random.default_rng(config.seed)
-    model = build(config).train()
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=config.lr, betas=(0.9, 0.95))
     offsets = torch.arange(config.seq_len + 1)
-    steps = range(config.steps)
-    bar = None
-    if progress:
-        from tqdm import tqdm
 
-        steps = bar = tqdm(steps, desc="lm train", unit="step")
-    start = time.perf_counter()
-    for step in steps:
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, config)
+    def optimizer(model):
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        return torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                                  {"params": no_decay, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.95))
+
+    def loss(model, rng, step):
         starts = torch.from_numpy(rng.integers(0, len(train_bytes) - config.seq_len - 1, config.batch))
         window = train_bytes[starts[:, None] + offsets]
         logits = model(window[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), window[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        opt.step()
-        if bar is not None and step % 10 == 0:
-            bar.set_postfix(loss=f"{loss.item():.3f}")
-        if log is not None and (step % 50 == 0 or step == config.steps - 1):
-            log(step, loss.item(), time.perf_counter() - start)
-    if bar is not None:
-        bar.close()
-    return model.eval()
+        return F.cross_entropy(logits.reshape(-1, VOCAB), window[:, 1:].reshape(-1))
+
+    return TrainSpec(config.steps, optimizer, loss, lr=lambda step: lr_at(step, config), grad_clip=config.grad_clip)
 
 
 @torch.no_grad()
@@ -370,41 +348,3 @@ def compare(reference: nn.Module, candidate: nn.Module, config: LMConfig = LMCon
         agree += (ref.argmax(-1) == cand.argmax(-1)).sum().item()
         count += ref.shape[0] * ref.shape[1]
     return {"kl": kl / count, "kl_bits": kl / count / math.log(2), "agreement": agree / count, "tokens": count}
-
-
-def main(argv=None) -> None:
-    """``python -m edgekit.models.lm [--tiny] [--save PATH] [--formats F,G]``: train, evaluate, compare formats."""
-    import argparse
-    import json
-
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--tiny", action="store_true")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--save", help="write a checkpoint here")
-    ap.add_argument("--formats", default="mxint8,mxfp4",
-                    help="comma-separated formats to compare against the float model ('' for none)")
-    args = ap.parse_args(argv)
-    config = LMConfig.tiny(seed=args.seed) if args.tiny else LMConfig(seed=args.seed)
-    start = time.perf_counter()
-    model = train(config, progress=False,
-                  log=lambda s, loss, sec: print(f"step {s} loss {loss:.4f} ({loss / math.log(2):.3f} bits) "
-                                                 f"{sec:.0f}s", flush=True))
-    seconds = time.perf_counter() - start
-    result = {"parameters": parameter_count(model), "train_seconds": round(seconds, 1),
-              "torch_threads": torch.get_num_threads(), **evaluate(model, config)}
-    print(json.dumps(result, indent=2), flush=True)
-    from .weights import quantized_copy
-
-    for fmt in filter(None, args.formats.split(",")):
-        quantized = quantized_copy(model, fmt)
-        row = {"format": fmt, **compare(model, quantized, config),
-               "perplexity": evaluate(quantized, config)["perplexity"]}
-        print(json.dumps(row), flush=True)
-    if args.save:
-        from .registry import save_checkpoint
-
-        save_checkpoint(args.save, "lm", config, model)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,39 +1,58 @@
-"""Registered models: name -> how to build, train and feed it; checkpoints that name their model."""
+"""The model zoo: name -> config, build, training, evaluation and example inputs.
+
+Every registered model is trained by :func:`train` (seeded, resumable, cached by config
+and code version, see :mod:`.training` and :mod:`.cache`), scored by its own
+``evaluate`` (the metric its method is judged by, as named numbers), and fed to export
+and compile through ``example_inputs``. Checkpoint files name their model and config
+and carry a digest, so they can be rebuilt alone and are never loaded corrupt.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import json
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
-import torch
 from torch import nn
 
-from . import digits, lm
-
-CHECKPOINT_KEYS = ("model", "config", "state_dict")
+from . import cache, digits, lm, training
+from .cache import CheckpointError
 
 
 @dataclass(frozen=True)
 class ModelEntry:
     name: str
     description: str
-    config: type
-    build: Callable  # config -> nn.Module (untrained)
-    train: Callable  # config -> trained nn.Module
+    config: type  # a frozen dataclass with a ``seed`` field and a ``tiny()`` classmethod for tests
+    build: Callable  # config -> untrained nn.Module
+    train_spec: Callable  # config -> training.TrainSpec
+    evaluate: Callable  # (model, config) -> {metric name: number}
     example_inputs: Callable  # config -> tuple of tensors for export and compile
+    metric: str  # the headline number of ``evaluate``
+    higher_is_better: bool
+    sources: tuple[ModuleType, ...]  # modules whose source text is the model's code version
+    compare: Callable | None = None  # (reference, candidate, config) -> {name: number}, e.g. KL divergence
 
+    @property
+    def code(self) -> str:
+        return cache.source_digest(*self.sources, training)
 
-def _digits_inputs(config) -> tuple:
-    return (torch.zeros(1, 64),)
+    @property
+    def metric_label(self) -> str:
+        return f"{self.metric} ({'higher' if self.higher_is_better else 'lower'} is better)"
 
 
 MODELS: dict[str, ModelEntry] = {
     "digits": ModelEntry("digits", "MLP 64-256-256-10 on scikit-learn's 8x8 digits", digits.DigitsConfig,
-                         digits.build, digits.train, _digits_inputs),
+                         digits.build, digits.train_spec, digits.evaluate, digits.example_inputs,
+                         "accuracy", True, (digits,)),
     "lm": ModelEntry("lm", "Llama-style byte-level decoder (RMSNorm, RoPE, SwiGLU) on the CPython stdlib sources",
-                     lm.LMConfig, lm.build, lm.train, lm.example_inputs),
+                     lm.LMConfig, lm.build, lm.train_spec, lm.evaluate, lm.example_inputs,
+                     "perplexity", False, (lm,), lm.compare),
 }
 
 
@@ -42,33 +61,125 @@ def model_names() -> list[str]:
 
 
 def get_model(name: str) -> ModelEntry:
+    if isinstance(name, ModelEntry):
+        return name
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; registered: {', '.join(MODELS)}")
     return MODELS[name]
 
 
+# -- configs ----------------------------------------------------------------------------------
+
+def config_fields(config_type: type) -> dict[str, tuple[type, object]]:
+    """Field name -> (type, default) of a config dataclass."""
+    hints = typing.get_type_hints(config_type)
+    return {f.name: (hints[f.name], f.default) for f in dataclasses.fields(config_type)}
+
+
+def _parse_value(text: str, kind: type, key: str):
+    if kind is bool:
+        lowered = text.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"config key {key!r} takes true or false, got {text!r}")
+    if kind in (int, float, str):
+        try:
+            return kind(text)
+        except ValueError:
+            raise ValueError(f"config key {key!r} takes a {kind.__name__}, got {text!r}") from None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ValueError(f"config key {key!r} takes JSON for {kind}, got {text!r}") from None
+    return tuple(value) if isinstance(value, list) else value
+
+
+def make_config(name: str | ModelEntry, overrides: Mapping[str, object] | None = None, *, tiny: bool = False):
+    """The model's default (or ``tiny``) config with ``overrides`` applied; strings are parsed by field type.
+
+    An unknown key, a value of the wrong type or one the config rejects raises a
+    ``ValueError`` that names the key and lists the config's fields.
+    """
+    entry = get_model(name)
+    fields = config_fields(entry.config)
+    overrides = dict(overrides or {})
+    unknown = [k for k in overrides if k not in fields]
+    if unknown:
+        listing = ", ".join(f"{k} ({getattr(t, '__name__', t)}, default {d!r})" for k, (t, d) in fields.items())
+        raise ValueError(f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                         f"for model {entry.name!r}; keys: {listing}")
+    values = {k: _parse_value(v, fields[k][0], k) if isinstance(v, str) else v for k, v in overrides.items()}
+    try:
+        return entry.config.tiny(**values) if tiny else entry.config(**values)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"invalid config for model {entry.name!r}: {err}") from None
+
+
+def parse_config_items(items: list[str]) -> dict[str, str]:
+    """``["steps=100", "lr=0.01"]`` -> ``{"steps": "100", "lr": "0.01"}`` (CLI ``--config``)."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"config item {item!r} must look like KEY=VALUE (e.g. steps=100)")
+        out[key.strip()] = value.strip()
+    return out
+
+
+# -- training, checkpoints ------------------------------------------------------------------
+
+def train(name: str | ModelEntry, config=None, *, cache_dir: str | Path | None | bool = None,
+          progress: bool = False, log: Callable[[str], None] | None = None,
+          on_step: Callable[[int, float], None] | None = None, checkpoint_seconds: float = 30.0,
+          retrain: bool = False) -> training.Trained:
+    """Train a registered model, or load it from the cache.
+
+    ``cache_dir``: None for the default cache (:func:`cache.cache_root`), a path for
+    another, False to train without reading or writing any cache. ``retrain`` discards a
+    finished cached model first.
+    """
+    entry = get_model(name)
+    config = config if config is not None else entry.config()
+    directory = None
+    if cache_dir is not False:
+        directory = entry_directory(entry, config, cache_dir)
+        if retrain:
+            (directory / training.MODEL_FILE).unlink(missing_ok=True)
+    return training.fit(entry.name, config, entry.build, entry.train_spec, entry.code, directory=directory,
+                        progress=progress, checkpoint_seconds=checkpoint_seconds, on_step=on_step, log=log)
+
+
+def entry_directory(entry: ModelEntry, config, cache_dir: str | Path | None = None) -> Path:
+    """The cache directory of one (model, config, code version)."""
+    return cache.entry_dir(cache.cache_root(cache_dir), entry.name, config, entry.code)
+
+
 def save_checkpoint(path, name: str, config, model: nn.Module) -> Path:
-    """A checkpoint file that names its model and config, so it can be rebuilt alone."""
-    path = Path(path)
-    torch.save({"model": name, "config": dataclasses.asdict(config), "state_dict": model.state_dict()}, path)
-    return path
+    """A checkpoint file that names its model and config and carries a digest of its weights."""
+    entry = get_model(name)
+    return cache.write_checkpoint(path, model=entry.name, config=config, code=entry.code, kind="model",
+                                  payload={"state_dict": model.state_dict()})
 
 
 def load_checkpoint(path) -> tuple[ModelEntry, object, nn.Module]:
-    """(entry, config, model in eval mode) from a file written by :func:`save_checkpoint`."""
-    path = Path(path)
+    """(entry, config, model in eval mode) from a checkpoint written by :func:`save_checkpoint`
+    or the cache. Raises :class:`CheckpointError` (a ``ValueError``) for a foreign, corrupt or
+    mismatched file."""
+    envelope, payload = cache.read_checkpoint(path)
+    if envelope["kind"] != "model":
+        raise CheckpointError(f"{path} holds training progress, not a finished model; "
+                              "run `edgekit train` to finish it")
+    if envelope["model"] not in MODELS:
+        raise CheckpointError(f"{path} is a checkpoint of model {envelope['model']!r}, which is not registered "
+                              f"({', '.join(MODELS)})")
+    entry = MODELS[envelope["model"]]
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError ...
-        raise ValueError(f"{path} is not a readable edgekit checkpoint: {type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''}") from err
-    if not isinstance(data, dict) or any(k not in data for k in CHECKPOINT_KEYS):
-        raise ValueError(f"{path} is not an edgekit checkpoint (it needs the keys {', '.join(CHECKPOINT_KEYS)})")
-    entry = get_model(data["model"])
-    try:
-        config = entry.config(**data["config"])
+        config = entry.config(**envelope["config"])
         model = entry.build(config)
-        model.load_state_dict(data["state_dict"])
-    except (TypeError, RuntimeError) as err:
-        raise ValueError(f"{path}: checkpoint does not match model {entry.name!r}: {str(err).splitlines()[0]}") from err
+        model.load_state_dict(payload["state_dict"])
+    except (TypeError, ValueError, RuntimeError, KeyError) as err:
+        raise CheckpointError(f"{path}: checkpoint does not match model {entry.name!r}: "
+                              f"{str(err).splitlines()[0]}") from None
     return entry, config, model.eval()

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from edgekit.cli import main
 from edgekit.models.digits import DigitsConfig
-from edgekit.models.registry import get_model, save_checkpoint
+from edgekit.models.registry import save_checkpoint, train
 from edgekit.targets import load_target, runs_here, target_names
 
 BACKENDS = ("tvm", "onnxruntime", "onnxruntime (quantized graph)", "torch eager")
@@ -86,8 +86,8 @@ def test_bad_input_is_named(tmp_path, args, code, message):
 
 def test_bench_onnx_file_runs_the_backends_that_apply(tmp_path):
     """An ONNX file: TVM and onnxruntime on the file; the quantized graph and PyTorch are skipped, said so."""
-    config = DigitsConfig(hidden=32, epochs=1)
-    ckpt = save_checkpoint(tmp_path / "d.pt", "digits", config, get_model("digits").train(config))
+    config = DigitsConfig(hidden=32, steps=10)
+    ckpt = save_checkpoint(tmp_path / "d.pt", "digits", config, train("digits", config, cache_dir=False).model)
     model = tmp_path / "d.onnx"
     assert run("export", ckpt, "--format", "fp32", "-o", model).exit_code == 0
     result = run("bench", model, "--format", "fp32", "-r", 1, "-o", tmp_path / "b.json")

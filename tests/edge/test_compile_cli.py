@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from edgekit.cli import main
 from edgekit.compilers.onnx_export import onnx_session
 from edgekit.models.digits import DigitsConfig
-from edgekit.models.registry import get_model, save_checkpoint
+from edgekit.models.registry import save_checkpoint, train
 from edgekit.models.weights import quantized_copy
 
 
@@ -24,9 +24,8 @@ def run(*args):
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A quickly trained digits MLP saved as an edgekit checkpoint."""
-    entry = get_model("digits")
-    config = DigitsConfig(hidden=64, epochs=2)
-    model = entry.train(config)
+    config = DigitsConfig(hidden=64, steps=20)
+    model = train("digits", config, cache_dir=False).model
     path = save_checkpoint(tmp_path_factory.mktemp("ckpt") / "digits.pt", "digits", config, model)
     return path, model
 

@@ -1,22 +1,23 @@
 import numpy as np
 import torch
 
-from edgekit.models.digits import DigitsConfig, accuracy, train
+from edgekit.models.digits import DigitsConfig, evaluate
+from edgekit.models.registry import train
 from edgekit.models.weights import quantizable_weights, quantized_copy
 from edgekit.simulators import quantize_dequantize
 
-TINY = DigitsConfig(hidden=32, epochs=10)
+TINY = DigitsConfig.tiny()
 
 
 def test_training_is_deterministic_and_learns():
-    a, b = train(TINY), train(TINY)
+    a, b = (train("digits", TINY, cache_dir=False).model for _ in range(2))
     for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.equal(pa, pb)
-    assert accuracy(a, TINY) > 0.8
+    assert evaluate(a, TINY)["accuracy"] > 0.8
 
 
 def test_quantized_copy_holds_format_values_and_leaves_the_original():
-    model = train(TINY)
+    model = train("digits", TINY, cache_dir=False).model
     before = [w.detach().clone() for w in quantizable_weights(model).values()]
     q = quantized_copy(model, "mxfp4")
     for w, orig in zip(quantizable_weights(q).values(), before):

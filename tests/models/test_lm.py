@@ -13,9 +13,8 @@ from edgekit.models.lm import (
     example_inputs,
     load_corpus,
     split_files,
-    train,
 )
-from edgekit.models.registry import get_model, load_checkpoint, save_checkpoint
+from edgekit.models.registry import get_model, load_checkpoint, save_checkpoint, train
 from edgekit.models.weights import quantizable_weights, quantized_copy
 
 TINY = LMConfig.tiny()
@@ -23,7 +22,7 @@ TINY = LMConfig.tiny()
 
 @pytest.fixture(scope="module")
 def trained():
-    return train(TINY)
+    return train("lm", TINY, cache_dir=False).model
 
 
 def test_split_is_by_file_disjoint_and_deterministic():
@@ -83,10 +82,10 @@ def test_causal_masking():
 
 
 def test_training_is_deterministic(trained):
-    again = train(TINY)
+    again = train("lm", TINY, cache_dir=False).model
     for (name, pa), pb in zip(trained.state_dict().items(), again.state_dict().values()):
         assert torch.equal(pa, pb), name
-    other = train(LMConfig.tiny(seed=1, steps=5))
+    other = train("lm", LMConfig.tiny(seed=1, steps=5), cache_dir=False).model
     assert not torch.equal(other.head.weight, trained.head.weight)
 
 
