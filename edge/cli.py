@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -113,6 +115,132 @@ def targets(specs, output, output_format):
         click.echo(f"wrote {path}", err=True)
 
 
+@contextmanager
+def clear_errors():
+    """A job's ValueErrors become one clear CLI error line, exit code 1."""
+    try:
+        yield
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+
+
+def run_job(job, *args, **kwargs):
+    """Run a job that logs progress lines to stderr, with :func:`clear_errors`."""
+    with clear_errors():
+        return job(*args, log=lambda msg: click.echo(msg, err=True), **kwargs)
+
+
+def cache_dir_option(fn):
+    return click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                        help="Model cache (default: $EDGEKIT_CACHE_DIR, else $XDG_CACHE_HOME/edgekit, "
+                             "else ~/.cache/edgekit).")(fn)
+
+
+def config_options(fn):
+    fn = click.option("--tiny", is_flag=True, help="Start from the model's tiny test config.")(fn)
+    return click.option("--config", "config_items", multiple=True, metavar="KEY=VALUE",
+                        help="Config override (repeatable), e.g. --config steps=200 --config seed=1.")(fn)
+
+
+def overrides_from(config_items) -> dict:
+    from edgekit.models.registry import parse_config_items
+
+    try:
+        return parse_config_items(list(config_items))
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--config") from None
+
+
+@main.command()
+@cache_dir_option
+@output_options(default_name=None)
+def models(cache_dir, output, output_format):
+    """List the model zoo: parameters and metric of each default config, and its value when cached."""
+    from .model_jobs import model_rows
+
+    rows = model_rows(cache_dir)
+    text = markdown_table(rows)
+    click.echo(text)
+    if output:
+        from .provenance import provenance
+
+        path = write_result(output, resolve_output_format(output, output_format), {"models": rows}, provenance(), text)
+        click.echo(f"wrote {path}", err=True)
+
+
+@main.command()
+@click.argument("name", metavar="NAME")
+@config_options
+@click.option("--retrain", is_flag=True, help="Discard a finished cached model and train again.")
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the trained model as a checkpoint file here.")
+@cache_dir_option
+@output_options(default_name=None)
+def train(name, config_items, tiny, retrain, save, cache_dir, output, output_format):
+    """Train a registered model (or load it from the cache) and score it.
+
+    Training is seeded and checkpointed into the cache as it goes: an interrupted run
+    (Ctrl-C, a killed process) resumes where it stopped and ends with the same weights.
+    """
+    from .model_jobs import train_model
+    from .provenance import provenance
+
+    result = run_job(train_model, name, overrides_from(config_items), tiny=tiny, cache_dir=cache_dir,
+                     retrain=retrain)
+    how = ("loaded from the cache" if result["cached"] else
+           f"resumed at step {result['resumed_from']}" if result["resumed_from"] else "trained")
+    click.echo(f"{name}: {how}, {result['parameters']} parameters, {result['steps']} steps, "
+               f"{result['train_seconds']:.1f} s of training; {result['checkpoint']}", err=True)
+    text = markdown_table([result["evaluation"]])
+    click.echo(text)
+    if save:
+        from edgekit.models.registry import load_checkpoint
+
+        shutil.copyfile(result["checkpoint"], save)
+        load_checkpoint(save)  # the copy verifies like the original
+        click.echo(f"wrote {save}", err=True)
+    if output:
+        path = write_result(output, resolve_output_format(output, output_format), {"train": [result]},
+                            provenance(result["config"]["seed"]), text)
+        click.echo(f"wrote {path}", err=True)
+
+
+@main.command(name="eval")
+@click.argument("model", metavar="MODEL")
+@click.option("--format", "formats_", type=FormatName(), multiple=True,
+              help="Quantize the weights of every Linear/Conv layer in this format first (repeatable); "
+                   "the float model is always scored too.")
+@config_options
+@cache_dir_option
+@output_options(default_name=None)
+def eval_(model, formats_, config_items, tiny, cache_dir, output, output_format):
+    """Score MODEL (registered name or checkpoint) with its own metric, in float and in each --format.
+
+    A registered model is trained first unless the cache holds it; scores of a cached
+    model are cached beside it and reused while the code is unchanged.
+    """
+    from tqdm import tqdm
+
+    from .model_jobs import FLOAT, evaluate_formats, resolve
+    from .provenance import provenance
+
+    entry, config, module, directory = run_job(resolve, model, overrides_from(config_items), tiny=tiny,
+                                               cache_dir=cache_dir)
+
+    def bar(names):
+        return tqdm(names, desc=f"eval {entry.name}", unit="format", leave=False)
+
+    names = [FLOAT, *dict.fromkeys(f for f in formats_ if f != FLOAT)]
+    with clear_errors():
+        rows = evaluate_formats(entry, config, module, names, directory, progress=bar)
+    text = f"{entry.name}: {entry.metric_label}\n\n" + markdown_table(rows)
+    click.echo(text)
+    if output:
+        path = write_result(output, resolve_output_format(output, output_format), {"eval": rows},
+                            provenance(config.seed), text)
+        click.echo(f"wrote {path}", err=True)
+
+
 class WeightFormat(click.ParamType):
     """A plan entry: a format from the table or a float baseline (fp32, fp16)."""
 
@@ -134,14 +262,6 @@ def model_argument(fn):
 def layer_option(fn):
     return click.option("--layer", "layers", multiple=True, metavar="NAME=FORMAT",
                         help="Per-layer format override (repeatable), e.g. --layer fc1=mxint8.")(fn)
-
-
-def run_job(job, *args, **kwargs):
-    """Run a compile/export job; its ValueErrors become a clear CLI error, exit code 1."""
-    try:
-        return job(*args, log=lambda msg: click.echo(msg, err=True), **kwargs)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
 
 
 @main.command(name="compile")

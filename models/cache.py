@@ -138,4 +138,4 @@ def read_json(path: Path) -> dict:
 
 
 def write_json(path: Path, data: dict) -> Path:
-    return atomic_write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return atomic_write(path, json.dumps(data, indent=2) + "\n")

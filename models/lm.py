@@ -270,7 +270,8 @@ def parameter_count(model: nn.Module) -> int:
 
 
 def example_inputs(config: LMConfig = LMConfig()) -> tuple:
-    return (torch.zeros(1, config.seq_len, dtype=torch.int64),)
+    """One validation window of ``seq_len`` bytes, batch 1: the shape compile and export fix."""
+    return (validation_windows(config)[:1, :-1].contiguous(),)
 
 
 # --- training and evaluation ----------------------------------------------------------

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgekit.simulators import BlockFormat, get_format, quantize_dequantize
+from edgekit.simulators import BlockFormat, get_format, quantize, quantize_dequantize
 
 QUANTIZED_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
 
@@ -32,3 +32,13 @@ def quantized_copy(model: nn.Module, format: str | BlockFormat) -> nn.Module:
             w = np.ascontiguousarray(weight.detach().cpu().float().numpy())
             weight.copy_(torch.from_numpy(quantize_dequantize(w, fmt, axis=1)))
     return out
+
+
+def bits_per_weight(model: nn.Module, format: str | BlockFormat | None) -> float:
+    """Stored bits per Linear/Conv weight in ``format`` (None: float32), every scale included."""
+    if format is None:
+        return 32.0
+    fmt = get_format(format)
+    tensors = [w.detach().cpu().float().numpy() for w in quantizable_weights(model).values()]
+    return 8.0 * sum(quantize(np.ascontiguousarray(w), fmt, axis=1).nbytes for w in tensors) / sum(
+        w.size for w in tensors)

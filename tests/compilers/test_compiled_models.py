@@ -150,16 +150,3 @@ def test_onnx_matmul_with_untransposed_weight(tmp_path):
 
     expected = x @ quantize_dequantize(np.ascontiguousarray(w.T), "nvfp4", axis=1).T + bias
     assert_float32_close(run(executable, [x])[0], expected)
-
-
-def test_byte_lm_compiles_and_matches():
-    """The evaluation language model (embedding, rotary attention, SwiGLU) through the passes."""
-    from edgekit.models import lm
-
-    config = lm.LMConfig.tiny(steps=20)
-    model = lm.train(config)
-    tokens = torch.randint(0, 256, lm.example_inputs(config)[0].shape, generator=torch.Generator().manual_seed(0))
-    executable, lowered = compile_for_cpu(import_torch(model, (tokens,)), make_plan(model, "mxfp4"))
-    assert len(lowered.layers) == len(quantizable_weights(model))
-    with torch.no_grad():
-        assert_float32_close(run(executable, [tokens.numpy()])[0], quantized_copy(model, "mxfp4")(tokens).numpy())
