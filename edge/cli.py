@@ -264,6 +264,66 @@ def layer_option(fn):
                         help="Per-layer format override (repeatable), e.g. --layer fc1=mxint8.")(fn)
 
 
+def comma_list(text: str | None) -> list[str] | None:
+    return [item.strip() for item in text.split(",") if item.strip()] if text else None
+
+
+@main.command()
+@click.option("--models", default=None, metavar="A,B", help="Models to report (default: lm,fluxnet,meanflow_policy).")
+@click.option("--formats", default=None, metavar="F,G",
+              help="Weight formats (default: fp32 and every MX format and NVFP4); fp32 is always included.")
+@click.option("--targets", default=None, metavar="T,U",
+              help="Targets to compile for (default: host,h100,rpi4); CPU targets that run here are also timed.")
+@click.option("--deploy-params", "deploy_items", multiple=True, metavar="MODEL=COUNT",
+              help="Parameter count of a model's real deployment, for the memory budgets (e.g. lm=7e9).")
+@click.option("--tiny", is_flag=True, help="Use every model's tiny test config (a quick look, not a result).")
+@click.option("--rounds", type=click.IntRange(1), default=15, show_default=True,
+              help="Timing rounds per host build.")
+@cache_dir_option
+@click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("report"),
+              show_default=True, help="Report directory (index.html, report.json, report.md, plots).")
+def report(models, formats, targets, deploy_items, tiny, rounds, cache_dir, output):
+    """Accuracy against bit-width, latency and size per target, and the best format that fits each target.
+
+    Trains or loads each model, scores it in every format, compiles it for each target
+    (builds are cached), times the host build, and fits each registry target's memory.
+    Names are checked before any work; the directory appears only when complete.
+    """
+    import time
+
+    from tqdm import tqdm
+
+    from edgekit.simulators.files import check_output_dir
+
+    from .provenance import provenance
+    from .report_job import check_plan, run_report
+    from .report_output import REPORT_JSON, write_report
+
+    deploy = {}
+    for item in deploy_items:
+        name, _, count = item.partition("=")
+        try:
+            deploy[name.strip()] = float(count)
+        except ValueError:
+            raise click.BadParameter(f"{item!r} must look like MODEL=COUNT (e.g. lm=7e9)",
+                                     param_hint="--deploy-params") from None
+    with clear_errors():
+        plan = check_plan(comma_list(models), comma_list(formats), comma_list(targets), deploy, tiny, rounds)
+        check_output_dir(output, REPORT_JSON)
+
+    def bar(items, desc):
+        return tqdm(items, desc=desc, leave=False, dynamic_ncols=True)
+
+    start = time.perf_counter()
+    sections = run_job(run_report, plan, cache_dir=cache_dir, progress=bar)
+    meta = {**provenance(0), "seconds": time.perf_counter() - start,
+            "plan": {"models": plan.models, "formats": plan.formats, "targets": plan.targets,
+                     "deploy_params": {m: plan.deploy_params[m] for m in plan.models}, "tiny": plan.tiny}}
+    with clear_errors():
+        index = write_report(output, sections, meta)
+    click.echo(f"report written: {index.resolve()}")
+
+
 @main.command(name="compile")
 @model_argument
 @click.option("--format", "fmt", type=WeightFormat(), default="mxfp4", show_default=True,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 from edgekit.compilers.importer import ImportedModel, import_onnx, import_torch
 from edgekit.compilers.lower import DEVICES
 from edgekit.compilers.plan import make_plan, parse_overrides
+from edgekit.simulators.files import check_output_dir, staged_directory
 from edgekit.targets import host_arch
 
 from .output import json_safe
@@ -127,7 +127,7 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
 
     target = load_target(target_spec)
     out_dir = Path(out_dir)
-    check_out_dir(out_dir)
+    check_output_dir(out_dir, MANIFEST)
     overrides = parse_overrides(list(layer_overrides))
     source = resolve_model(model, seed, log)
     log(f"importing {source.label} into TVM Relax ...")
@@ -149,10 +149,7 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
                          f"{first[-1] if first else ''}") from err
     cross = target.cross_compiler if target.arch not in (None, host_arch()) else None
     arch = cuda_arch(target, tvm_tgt) if device == "cuda" else None
-    parent = out_dir.resolve().parent
-    parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=parent))
-    try:
+    with staged_directory(out_dir, MANIFEST) as staging:
         artifacts = {"library": LIBRARY}
         export_library(executable, staging / LIBRARY, cross)
         artifacts["library_machine"] = elf_machine(staging / LIBRARY)
@@ -178,10 +175,6 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
             "provenance": provenance(seed),
         }
         (staging / MANIFEST).write_text(json.dumps(json_safe(manifest), indent=2) + "\n")
-        move_into_place(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return manifest
 
 
@@ -189,26 +182,6 @@ def plan_summary(plan: dict[str, str]) -> str:
     """The one format of a uniform plan, else ``mixed``."""
     formats = set(plan.values())
     return formats.pop() if len(formats) == 1 else "mixed"
-
-
-def check_out_dir(out_dir: Path) -> None:
-    """An output directory must be new, empty, or an earlier build (which is replaced)."""
-    if out_dir.exists() and (not out_dir.is_dir() or (any(out_dir.iterdir())
-                                                       and not (out_dir / MANIFEST).is_file())):
-        raise ValueError(f"output {str(out_dir)!r} exists and is not an edgekit build directory; "
-                         "choose a new or empty directory")
-
-
-def move_into_place(staging: Path, out_dir: Path) -> None:
-    """Swap the finished staging directory in; an earlier build is removed only afterwards."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        out_dir.rename(old)
-    staging.rename(out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def export_model(model: str, fmt: str, out_path, layer_overrides: list[str] = (), seed: int = 0,

@@ -8,9 +8,9 @@ import math
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from .output import atomic_write  # noqa: E402
+from .output import atomic_write
 
 # Shades per element width: blues 8-bit, greens 6-bit, reds 4-bit.
 SHADES = {8: ["#08306b", "#2171b5", "#6baed6"], 6: ["#00441b", "#41ab5d"], 4: ["#67000d", "#cb181d", "#fc9272"]}
@@ -57,7 +57,78 @@ def qsnr_plot(rows: list[dict], path, blocks: list, title: str = "QSNR by block 
     fig.legend(handles, names, loc="lower center", ncol=ncol, fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout(rect=(0, 0.035 * legend_rows * 2 / len(rotations), 1, 1))
+    atomic_write(path, png_bytes(fig))
+
+
+def png_bytes(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
     plt.close(fig)
-    atomic_write(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def _family(fmt: str) -> str:
+    return fmt.split("_")[0].rstrip("0123456789") if fmt.startswith("liftquant") else fmt
+
+
+def _scatter_by_format(ax, points: list[tuple[float, float, str]]) -> None:
+    """Points (bits, value, format), labelled; formats of one family (LiftQuant) joined by a line."""
+    families = {}
+    for bits, value, fmt in points:
+        families.setdefault(_family(fmt), []).append((bits, value, fmt))
+    for family, pts in families.items():
+        pts.sort()
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        ax.plot(xs, ys, marker="o", ms=5, lw=1.2 if len(pts) > 1 else 0, label=family)
+        for x, y, fmt in pts:
+            ax.annotate(fmt.removeprefix("liftquant_"), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.tick_params(labelsize=7)
+
+
+def metric_vs_bits_png(models: list[dict], evaluations: list[dict]) -> bytes:
+    """One panel per model: its own metric against stored bits per weight, a point per format."""
+    fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        metric = model["metric"]
+        pts = [(e["bits/weight"], e[metric], e["format"]) for e in evaluations
+               if e["model"] == model["model"] and math.isfinite(e[metric])]
+        _scatter_by_format(ax, pts)
+        ax.set_title(f"{model['model']}", fontsize=10)
+        ax.set_xlabel("bits per weight (scales included)")
+        ax.set_ylabel(f"{metric} ({'higher' if model['higher_is_better'] else 'lower'} is better)", fontsize=8)
+    fig.suptitle("Accuracy against bit-width", fontsize=11)
+    fig.tight_layout()
+    return png_bytes(fig)
+
+
+def latency_size_png(models: list[dict], builds: list[dict], latency: list[dict]) -> bytes:
+    """Per model: host latency against bits per weight (top), artifact size per target (bottom)."""
+    fig, axes = plt.subplots(2, len(models), figsize=(4.2 * len(models), 6.4), squeeze=False)
+    for j, model in enumerate(models):
+        name = model["model"]
+        lat = [(r["weight_bits"], r["median_ms"], r["format"]) for r in _with_bits(latency, builds) if r["model"] == name]
+        _scatter_by_format(axes[0][j], lat)
+        axes[0][j].set_title(f"{name}: host latency", fontsize=10)
+        axes[0][j].set_ylabel("median ms per call", fontsize=8)
+        ax = axes[1][j]
+        for target in dict.fromkeys(b["target"] for b in builds if b["model"] == name):
+            pts = sorted((b["weight_bits"], b["artifact_bytes"] / 2**20) for b in builds
+                         if b["model"] == name and b["target"] == target and b["built"])
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=4, lw=1.2, label=target)
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7, frameon=False)
+        ax.set_title(f"{name}: build size", fontsize=10)
+        ax.set_xlabel("bits per weight (scales included)")
+        ax.set_ylabel("artifacts (MiB)", fontsize=8)
+    fig.tight_layout()
+    return png_bytes(fig)
+
+
+def _with_bits(latency: list[dict], builds: list[dict]) -> list[dict]:
+    bits = {(b["model"], b["format"], b["target"]): b.get("weight_bits") for b in builds}
+    return [{**r, "weight_bits": bits[(r["model"], r["format"], r["target"])]} for r in latency]

@@ -65,6 +65,17 @@ def source_digest(*modules) -> str:
     return digest.hexdigest()
 
 
+def tree_digest(*packages) -> str:
+    """SHA-256 over every source and data file of ``packages`` (whole subsystems, e.g. a compiler)."""
+    digest = hashlib.sha256()
+    for package in packages:
+        root = Path(package.__file__).parent
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".toml", ".json", ".npz", ".npy")):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def config_dict(config) -> dict:
     return dataclasses.asdict(config)
 

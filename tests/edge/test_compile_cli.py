@@ -141,5 +141,5 @@ def test_output_directory_that_is_not_a_build_is_refused(checkpoint, tmp_path):
     out.mkdir()
     (out / "notes.txt").write_text("keep me")
     result = run("compile", checkpoint[0], "-o", out)
-    assert result.exit_code != 0 and "is not an edgekit build directory" in result.output
+    assert result.exit_code != 0 and "is not a directory this command wrote (no manifest.json)" in result.output
     assert (out / "notes.txt").read_text() == "keep me"
