@@ -1,0 +1,133 @@
+"""edgekit report: the files, the schema, the page as a browser shows it, the cache, bad input, interruption."""
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgekit import build_cache
+from edgekit.cli import main
+from edgekit.report_output import FILES, validate
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SMALL = ["--models", "digits", "--formats", "mxfp4,mxint8", "--targets", "host,rpi4", "--tiny", "--rounds", "2"]
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """A small report, written into a cache of its own."""
+    root = tmp_path_factory.mktemp("report")
+    result = run("report", *SMALL, "--cache-dir", root / "cache", "-o", root / "out")
+    assert result.exit_code == 0, result.output
+    return root, result
+
+
+def test_report_files_and_schema(report):
+    root, result = report
+    out = root / "out"
+    assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
+    assert f"report written: {(out / 'index.html').resolve()}" in result.stdout
+    document = json.loads((out / "report.json").read_text())
+    validate(document)
+    assert document["meta"]["plan"]["formats"] == ["fp32", "mxfp4", "mxint8"]
+    assert {(e["format"], e["source"]) for e in document["evaluations"]} == {
+        ("fp32", "measured"), ("mxfp4", "measured"), ("mxint8", "measured")}
+    assert {(b["target"], b["format"]) for b in document["builds"] if b["built"]} == {
+        (t, f) for t in ("host", "rpi4") for f in ("fp32", "mxfp4", "mxint8")}
+    assert [r["target"] for r in document["latency"]] == ["host"] * 3  # rpi4 does not run here
+    fits = {r["target"]: r for r in document["budget"] if r["fits"]}
+    assert fits["rpi4"]["format"] in ("fp32", "mxfp4", "mxint8")
+    broken = dict(document, evaluations=[{**document["evaluations"][0], "source": "guessed"}])
+    with pytest.raises(ValueError, match="evaluations/0/source"):
+        validate(broken)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)")
+def test_page_renders_in_a_browser_with_every_plot(report, tmp_path):
+    root, _ = report
+    page = tmp_path / "check.html"
+    probe = ("<script>window.addEventListener('load', () => { const i = [...document.images]; document.title = "
+             "'images ' + i.length + ' loaded ' + i.filter(x => x.complete && x.naturalWidth > 0).length; });</script>")
+    page.write_text((root / "out" / "index.html").read_text().replace("</body>", probe + "</body>"))
+    flags = [*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run([CHROMIUM, *flags, "--virtual-time-budget=10000", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    title = re.search(r"<title>(.*?)</title>", dom.stdout)
+    assert title and title.group(1) == "images 2 loaded 2", dom.stdout[:300]
+    console = [line for line in dom.stderr.splitlines() if "CONSOLE" in line]
+    assert not console, console
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    subprocess.run([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'shot'}", "--window-size=1400,2400",
+                    f"--screenshot={shot}", (root / "out" / "index.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    assert shot.stat().st_size > 10_000
+
+
+def test_second_run_reads_the_cache(report):
+    root, _ = report
+    result = run("report", *SMALL, "--cache-dir", root / "cache", "-o", root / "again")
+    assert result.exit_code == 0, result.output
+    document = json.loads((root / "again" / "report.json").read_text())
+    assert {e["source"] for e in document["evaluations"]} == {"cache"}
+    assert {b["source"] for b in document["builds"]} == {"cache"}
+    assert document["models"][0]["train_source"] == "cache"
+    assert {r["source"] for r in document["latency"]} == {"measured"}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--models", "digits,gpt"], "unknown model 'gpt'; registered: digits"),
+    (["--formats", "mxfp5"], "unknown format 'mxfp5'; allowed: fp32, fp16, mxfp8_e4m3"),
+    (["--targets", "pdp11"], "unknown target 'pdp11'"),
+    (["--deploy-params", "gpt=1e9"], "--deploy-params names unknown model 'gpt'"),
+    (["--deploy-params", "lm=lots"], "must look like MODEL=COUNT"),
+])
+def test_bad_names_are_refused_before_any_work(tmp_path, args, message):
+    result = run("report", *args, "--cache-dir", tmp_path / "cache", "-o", tmp_path / "out")
+    assert result.exit_code != 0 and message in result.output
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "out").exists()
+
+
+def test_output_that_is_not_a_report_is_refused(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    result = run("report", *SMALL, "--cache-dir", tmp_path / "cache", "-o", tmp_path / "out")
+    assert result.exit_code == 1 and "not a directory this command wrote" in result.output
+    assert not (tmp_path / "cache").exists()
+
+
+def test_interrupted_run_leaves_no_report_and_resumes(tmp_path, monkeypatch):
+    real = build_cache.compile_model
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build_cache, "compile_model", interrupted)
+    result = run("report", *SMALL, "--cache-dir", tmp_path / "cache", "-o", tmp_path / "out")
+    assert result.exit_code == 1 and "Aborted" in result.output  # click's answer to Ctrl-C
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging directory left
+    builds = list((tmp_path / "cache" / "builds" / "digits").iterdir())
+    assert len(builds) == 1 and (builds[0] / "manifest.json").is_file()  # the finished build only
+
+    monkeypatch.setattr(build_cache, "compile_model", real)
+    result = run("report", *SMALL, "--cache-dir", tmp_path / "cache", "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert [b["source"] for b in document["builds"]].count("cache") == 1
+    assert document["models"][0]["train_source"] == "cache"
