@@ -1,8 +1,9 @@
-"""The format table as report rows."""
+"""The format table as report rows: block formats, then LiftQuant configurations."""
 
 from __future__ import annotations
 
 from edgekit.simulators import FORMATS
+from edgekit.simulators.formats import LIFTQUANT_FORMATS
 
 
 def format_rows() -> list[dict]:
@@ -19,6 +20,19 @@ def format_rows() -> list[dict]:
             "min subnormal": e.min_subnormal,
             "NaN": "yes" if e.has_nan else "no",
             "Inf": "yes" if e.kind == "float" and e.inf else "no",
+            "description": f.description,
+        })
+    for name, f in LIFTQUANT_FORMATS.items():
+        rows.append({
+            "format": name,
+            "element": f"{f.lifted} signs per {f.chunk} weights",
+            "bits/element": f.code_bits_per_weight,  # codes only: the row scale adds 16 / row length
+            "block": f.chunk,
+            "scale": f"{f.row_scale}/row (+ {f.group_scale.name}/group, {f.input_scale}/input)",
+            "max normal": None,
+            "min subnormal": None,
+            "NaN": "no",
+            "Inf": "no",
             "description": f.description,
         })
     return rows

@@ -7,13 +7,17 @@ Codecs, kernels, lookup tables and reports derive what they need from these rows
 Element types follow the OCP Microscaling Formats (MX) v1.0 specification; NVFP4
 follows NVIDIA's definition (E2M1 elements, an E4M3 scale per 16 elements and one
 FP32 scale per tensor).
+
+Beside the block formats sits a vector-quantizer kind, LiftQuant (``LIFTQUANT_FORMATS``):
+each chunk of ``d`` weights is ``M @ c`` with ``M`` a fixed ``d x D`` matrix and ``c`` in
+{-1, +1}^D, so a row of the table is (D, d) and its code costs D/d bits per weight.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -312,3 +316,80 @@ def get_format(spec: str | BlockFormat) -> BlockFormat:
             raise ValueError(f"format {spec!r}: block size after '@' must be an integer")
         fmt = fmt.with_block_size(int(block))
     return fmt
+
+
+# ---- LiftQuant: a vector-quantizer kind beside the block formats -----------------
+MAX_LIFTED_DIM = 32  # codes of one chunk fit a uint32 bit mask; encoders enumerate up to 2^(D - d)
+LIFTQUANT_PREFIX = "liftquant_"
+
+
+@dataclass(frozen=True)
+class LiftQuantFormat:
+    """A LiftQuant configuration: chunks of ``chunk`` (d) weights coded as ``M @ c``.
+
+    ``M`` is a fixed ``d x lifted`` (d x D) projection trained on N(0, 1) data
+    (:mod:`.liftquant_codebooks`); ``c`` is D signs, stored as D bits. The scales around
+    the codes are described here too: one per output row (``row_scale``), optionally one
+    per group of weights along the row (``group_scale``, relative to the row's), and one
+    multiplier per input channel (``input_scale``).
+    """
+
+    name: str
+    lifted: int  # D
+    chunk: int  # d
+    description: str = ""
+    row_scale: str = "float16"  # NumPy dtype name
+    group_scale: ScaleType = field(default_factory=lambda: E4M3_SCALE)
+    input_scale: str = "float16"  # NumPy dtype name
+
+    def __post_init__(self):
+        for name in ("lifted", "chunk"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer, got {value!r}")  # noqa: TRY004 (callers catch ValueError)
+        if not 1 <= self.chunk < self.lifted <= MAX_LIFTED_DIM:
+            raise ValueError(f"{self.name}: need 1 <= chunk (d) < lifted (D) <= {MAX_LIFTED_DIM}, "
+                             f"got D={self.lifted}, d={self.chunk}")
+
+    @property
+    def label(self) -> str:
+        """``"24to10"``: D to d."""
+        return f"{self.lifted}to{self.chunk}"
+
+    @property
+    def code_bits_per_weight(self) -> float:
+        """D/d: the bits of the sign codes alone, per weight."""
+        return self.lifted / self.chunk
+
+    @property
+    def free_dims(self) -> int:
+        """D - d: the coordinates the fast search enumerates (2^(D - d) candidates per chunk)."""
+        return self.lifted - self.chunk
+
+
+def _liftquant(lifted: int, chunk: int) -> LiftQuantFormat:
+    return LiftQuantFormat(f"{LIFTQUANT_PREFIX}{lifted}to{chunk}", lifted, chunk,
+                           description=f"LiftQuant: {chunk} weights = M({chunk}x{lifted}) @ {lifted} signs")
+
+
+LIFTQUANT_FORMATS: dict[str, LiftQuantFormat] = {
+    f.name: f
+    for f in sorted((_liftquant(D, d) for D, d in (
+        (10, 8), (6, 4), (12, 8), (14, 8), (4, 2), (8, 4), (16, 8), (32, 16), (30, 14), (22, 10), (18, 8),
+        (24, 10), (20, 8), (22, 8), (24, 8), (12, 4), (20, 6), (14, 4), (15, 4), (16, 4),
+    )), key=lambda f: (f.code_bits_per_weight, f.lifted))
+}
+
+
+def get_liftquant_format(spec: str | LiftQuantFormat) -> LiftQuantFormat:
+    """Look a LiftQuant configuration up by name: ``liftquant_24to10`` or ``24to10``."""
+    if isinstance(spec, LiftQuantFormat):
+        return spec
+    if not isinstance(spec, str):
+        raise ValueError(  # noqa: TRY004 (the CLI reports ValueErrors)
+            f"format must be a LiftQuant configuration name (str), got {type(spec).__name__}")
+    text = spec.strip().lower()
+    name = text if text.startswith(LIFTQUANT_PREFIX) else LIFTQUANT_PREFIX + text
+    if name not in LIFTQUANT_FORMATS:
+        raise ValueError(f"unknown LiftQuant configuration {spec!r}; allowed: {', '.join(LIFTQUANT_FORMATS)}")
+    return LIFTQUANT_FORMATS[name]
