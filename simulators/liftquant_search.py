@@ -1,0 +1,411 @@
+"""Nearest-code search for LiftQuant: which D signs ``c`` make ``M @ c`` closest to a chunk ``x``.
+
+Three searches, all Numba, parallel over chunks:
+
+* ``exact``: every one of the 2^D sign vectors (offered up to D = 24).
+* ``fast``: complete M to a square matrix ``A = [M; N]`` with an orthonormal basis N of
+  its null space, invert it, and for every ``p`` in {-1, +1}^(D-d) (the free
+  coordinates) take ``c = sign(A^-1 [x; p])``; keep the closest. The ``p`` run in
+  Gray-code order, so each candidate's pre-sign vector is an O(D) update of the last.
+* ``fast+local``: ``fast``, keeping its K best distinct codes; from each, flip the one bit
+  that lowers the error most until no single flip helps (steepest descent over 1-bit
+  flips); keep the best result.
+
+Evaluating a candidate costs O(1) table reads instead of O(dD) arithmetic: the D signs
+split into groups of 8, ``T_g[m] = M[:, group g] @ signs(m)`` for the 256 patterns ``m``
+of a group, and ``||x - M c||^2 = ||x||^2 + sum_g (||T_g||^2 - 2 x.T_g)[m_g]
++ sum_{g<h} 2 T_g[m_g].T_h[m_h]``: a per-chunk table of 256 entries per group plus
+chunk-independent 256 x 256 tables per pair of groups. Errors found this way are float32;
+the returned errors are recomputed from the codes in float64.
+
+Codes are bit masks, one ``uint32`` per chunk: bit ``i`` set means ``c_i = +1``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+from numba import njit
+
+from .parallel import parallel_map
+
+GROUP_BITS = 8
+EXACT_MAX_LIFTED = 24  # 2^24 codes per chunk is the most the exact search enumerates (three groups)
+SEARCHES = ("exact", "fast", "fast+local")
+TILE = 64  # chunks that share one pass over the fast search's candidates
+DEFAULT_STARTS = 8  # fast+local descends from the 8 best distinct fast candidates
+MAX_STARTS = 64
+FASTMATH = {"nnan", "ninf", "nsz"}  # lets LLVM vectorize min-reductions; sums keep their order
+
+
+@dataclass(frozen=True)
+class SearchTables:
+    """The matrices and lookup tables the kernels read, derived once from ``M`` (d x D)."""
+
+    matrix: np.ndarray  # M, (d, D) float32
+
+    @property
+    def lifted(self) -> int:
+        return self.matrix.shape[1]
+
+    @cached_property
+    def lift(self) -> tuple[np.ndarray, np.ndarray]:
+        """(P (D, d), Q^T (D - d, D)) with ``A^-1 = [P | Q]``: the pre-sign vector is ``P x + Q p``."""
+        m = self.matrix.astype(np.float64)
+        d = m.shape[0]
+        null = np.linalg.svd(m)[2][d:]  # orthonormal rows spanning the null space of M
+        inverse = np.linalg.inv(np.vstack([m, null]))
+        return np.ascontiguousarray(inverse[:, :d], np.float32), np.ascontiguousarray(inverse[:, d:].T, np.float32)
+
+    @cached_property
+    def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(T (G, 256, d), ||T||^2 (G, 256), cross (G, G, 256, 256), sizes (G,)): the group tables.
+
+        ``cross[g, h] = 2 T_g T_h^T`` for g < h (other slots unused); ``sizes[g]`` is the
+        number of patterns of group g (256, or fewer for a short last group).
+        """
+        m = self.matrix.astype(np.float64)
+        d, D = m.shape
+        G = math.ceil(D / GROUP_BITS)
+        patterns = np.arange(1 << GROUP_BITS)
+        tabs = np.zeros((G, 1 << GROUP_BITS, d))
+        sizes = np.zeros(G, np.int64)
+        for g in range(G):
+            cols = m[:, g * GROUP_BITS: (g + 1) * GROUP_BITS]
+            width = cols.shape[1]
+            sizes[g] = 1 << width
+            signs = ((patterns[: sizes[g], None] >> np.arange(width)) & 1) * 2.0 - 1.0
+            tabs[g, : sizes[g]] = signs @ cols.T
+        cross = np.zeros((G, G, 1 << GROUP_BITS, 1 << GROUP_BITS))
+        for g in range(G):
+            for h in range(g + 1, G):
+                cross[g, h] = 2.0 * tabs[g] @ tabs[h].T
+        return (tabs.astype(np.float32), (tabs**2).sum(-1).astype(np.float32), cross.astype(np.float32), sizes)
+
+    @cached_property
+    def column_norms(self) -> np.ndarray:
+        """||M[:, i]||^2 for the local search, float64."""
+        return (self.matrix.astype(np.float64) ** 2).sum(axis=0)
+
+
+def gray_flips(bits: int) -> np.ndarray:
+    """``flips[t]`` = the coordinate whose sign changes between Gray codes t - 1 and t (t >= 1)."""
+    t = np.arange(1 << bits, dtype=np.int64)
+    t[0] = 1  # unused slot
+    return (np.log2(t & -t) + 0.5).astype(np.uint8)
+
+
+@njit(inline="always")
+def linear_terms(x, c, tabs, norms, sizes, lin, row):
+    """``lin[row, g, m] = ||T_g[m]||^2 - 2 x_c . T_g[m]``; returns ``||x_c||^2`` (float32)."""
+    d = x.shape[1]
+    for g in range(tabs.shape[0]):
+        for m in range(sizes[g]):
+            acc = np.float32(0.0)
+            for k in range(d):
+                acc += tabs[g, m, k] * x[c, k]
+            lin[row, g, m] = norms[g, m] - np.float32(2.0) * acc
+    x2 = np.float32(0.0)
+    for k in range(d):
+        x2 += x[c, k] * x[c, k]
+    return x2
+
+
+@njit(inline="always")
+def table_error(x2, lin, row, cross, mask, G):
+    """Squared error of the code ``mask`` from the group tables (float32), for ``G`` groups."""
+    m0 = mask & 255
+    e = x2 + lin[row, 0, m0]
+    if G > 1:
+        m1 = (mask >> 8) & 255
+        e += lin[row, 1, m1] + cross[0, 1, m0, m1]
+        if G > 2:
+            m2 = (mask >> 16) & 255
+            e += lin[row, 2, m2] + cross[0, 2, m0, m2] + cross[1, 2, m1, m2]
+            if G > 3:
+                m3 = (mask >> 24) & 255
+                e += lin[row, 3, m3] + cross[0, 3, m0, m3] + cross[1, 3, m1, m3] + cross[2, 3, m2, m3]
+    return e
+
+
+@njit(inline="always")
+def keep_best(x2, lin, cross, masks, top_err, top_mask, tile, G):
+    """Each lane keeps ``masks[lane]`` among its K best distinct codes (sorted, best first) if it earns a place.
+
+    ``G`` is a literal at each call site, so the table sum has no branches inside the lane loop.
+    """
+    K = top_err.shape[1]
+    for lane in range(tile):
+        mask = masks[lane]
+        e = table_error(x2[lane], lin, lane, cross, mask, G)
+        if e < top_err[lane, K - 1]:
+            insert_distinct(top_err, top_mask, lane, e, mask)
+
+
+@njit(inline="never")
+def insert_distinct(top_err, top_mask, lane, e, mask):
+    """Insert (e, mask) into lane's sorted list unless the code is already there."""
+    K = top_err.shape[1]
+    for k in range(K):
+        if top_mask[lane, k] == mask and top_err[lane, k] != np.inf:
+            return
+    k = K - 1
+    while k > 0 and top_err[lane, k - 1] > e:
+        top_err[lane, k] = top_err[lane, k - 1]
+        top_mask[lane, k] = top_mask[lane, k - 1]
+        k -= 1
+    top_err[lane, k] = e
+    top_mask[lane, k] = mask
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
+def fast_tiles(x, p_lift, q_lift_t, tabs, norms, cross, sizes, flips, tile, t0, t1, out_masks):
+    """Fast search for tiles ``t0 .. t1`` of ``tile`` chunks each; ``out_masks[i]`` gets chunk i's K best codes.
+
+    The chunks of a tile share the Gray-code walk over ``p``: ``w = Q p`` is updated once
+    per candidate and each chunk compares it with its own thresholds ``-P x``. ``tile``
+    is a runtime value on purpose: LLVM vectorizes the lane loops (with a run-time
+    alias check) only when it cannot unroll them completely.
+    """
+    n, d = x.shape
+    F, D = q_lift_t.shape
+    G = tabs.shape[0]
+    lin = np.empty((tile, G, 256), np.float32)
+    thr = np.empty((D, tile), np.float32)
+    masks = np.empty(tile, np.int32)
+    x2 = np.empty(tile, np.float32)
+    K = out_masks.shape[1]
+    top_err = np.empty((tile, K), np.float32)
+    top_mask = np.empty((tile, K), np.int32)
+    w = np.empty(D, np.float64)
+    p = np.empty(F, np.float64)
+    for tt in range(t0, t1):
+        base = tt * tile
+        count = min(tile, n - base)
+        for lane in range(tile):
+            c = base + min(lane, count - 1)  # idle lanes repeat the last chunk
+            x2[lane] = linear_terms(x, c, tabs, norms, sizes, lin, lane)
+            for i in range(D):
+                a = 0.0
+                for k in range(d):
+                    a += np.float64(p_lift[i, k]) * x[c, k]
+                thr[i, lane] = -a
+            for k in range(K):
+                top_err[lane, k] = np.inf
+                top_mask[lane, k] = 0
+        for i in range(D):  # start at p = -1
+            s = 0.0
+            for j in range(F):
+                s -= q_lift_t[j, i]
+            w[i] = s
+        for j in range(F):
+            p[j] = -1.0
+        for t in range(1 << F):
+            if t:
+                j = np.int64(flips[t])
+                pj = -p[j]
+                p[j] = pj
+                delta = 2.0 * pj
+                for i in range(D):
+                    w[i] += delta * q_lift_t[j, i]
+            for lane in range(tile):
+                masks[lane] = 0
+            for i in range(D):
+                wi = np.float32(w[i])
+                bit = np.int32(1) << np.int32(i)
+                for lane in range(tile):
+                    masks[lane] = masks[lane] | (bit if thr[i, lane] <= wi else np.int32(0))
+            if G == 1:
+                keep_best(x2, lin, cross, masks, top_err, top_mask, tile, 1)
+            elif G == 2:
+                keep_best(x2, lin, cross, masks, top_err, top_mask, tile, 2)
+            elif G == 3:
+                keep_best(x2, lin, cross, masks, top_err, top_mask, tile, 3)
+            else:
+                keep_best(x2, lin, cross, masks, top_err, top_mask, tile, 4)
+        for lane in range(count):
+            for k in range(K):  # fewer distinct codes than K: repeat the best
+                out_masks[base + lane, k] = np.uint32(top_mask[lane, k if top_err[lane, k] != np.inf else 0])
+
+
+@njit(inline="always")
+def row_error(e_prefix, lin, cross, m0, m1, m, G):
+    """Error of the code whose first groups are (m0[, m1]) and whose last group is m."""
+    if G == 2:
+        return e_prefix + lin[0, 1, m] + cross[0, 1, m0, m]
+    return e_prefix + lin[0, 2, m] + cross[0, 2, m0, m] + cross[1, 2, m1, m]
+
+
+@njit(inline="always")
+def scan_last_group(e_prefix, lin, cross, m0, m1, last, best, best_mask, prefix, G):
+    """(best, best_mask) after the codes that vary the last group behind a fixed prefix.
+
+    Whether any of them beats ``best`` is a vectorized or-reduction; only then is the
+    row searched for its first minimum (a float min-reduction would not vectorize).
+    """
+    hit = False
+    for m in range(last):
+        hit |= row_error(e_prefix, lin, cross, m0, m1, m, G) < best
+    if hit:
+        for m in range(last):
+            e = row_error(e_prefix, lin, cross, m0, m1, m, G)
+            if e < best:
+                best, best_mask = e, prefix | (m << (GROUP_BITS * (G - 1)))
+    return best, best_mask
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
+def exact_chunks(x, tabs, norms, cross, sizes, i0, i1, out_masks):
+    """Exact search for chunks ``i0 .. i1``: every code, as nested loops over its groups (G <= 3)."""
+    G = tabs.shape[0]
+    lin = np.empty((1, G, 256), np.float32)
+    last = sizes[G - 1]
+    for c in range(i0, i1):
+        x2 = linear_terms(x, c, tabs, norms, sizes, lin, 0)
+        best = np.float32(np.inf)
+        best_mask = 0
+        if G == 1:
+            for m0 in range(last):
+                e = x2 + lin[0, 0, m0]
+                if e < best:
+                    best, best_mask = e, m0
+        elif G == 2:
+            for m0 in range(sizes[0]):
+                best, best_mask = scan_last_group(x2 + lin[0, 0, m0], lin, cross, m0, 0, last, best, best_mask,
+                                                  m0, 2)
+        else:
+            for m0 in range(sizes[0]):
+                e0 = x2 + lin[0, 0, m0]
+                for m1 in range(sizes[1]):
+                    best, best_mask = scan_last_group(e0 + lin[0, 1, m1] + cross[0, 1, m0, m1], lin, cross, m0, m1,
+                                                      last, best, best_mask, m0 | (m1 << GROUP_BITS), 3)
+        out_masks[c] = np.uint32(best_mask)
+
+
+@njit(nogil=True, cache=True)
+def local_search(x, m, col_norms, i0, i1, masks, out_err):
+    """1-bit-flip steepest descent from ``masks[i]`` for chunks ``i0 .. i1``, in float64.
+
+    Flipping ``c_j`` changes the error by ``4 c_j (M[:, j] . r) + 4 ||M[:, j]||^2`` with
+    ``r = x - M c``; each pass takes the most negative change, until none is negative.
+    """
+    d, D = m.shape
+    r = np.empty(d, np.float64)
+    c = np.empty(D, np.float64)
+    for t in range(i0, i1):
+        mask = masks[t]
+        for i in range(D):
+            c[i] = 1.0 if (mask >> np.uint32(i)) & np.uint32(1) else -1.0
+        for k in range(d):
+            acc = np.float64(x[t, k])
+            for i in range(D):
+                acc -= m[k, i] * c[i]
+            r[k] = acc
+        while True:  # every accepted flip lowers the error, so the descent ends
+            best_gain, best_j = -1e-12, -1
+            for j in range(D):
+                dot = 0.0
+                for k in range(d):
+                    dot += m[k, j] * r[k]
+                gain = 4.0 * c[j] * dot + 4.0 * col_norms[j]
+                if gain < best_gain:
+                    best_gain, best_j = gain, j
+            if best_j < 0:
+                break
+            c[best_j] = -c[best_j]
+            for k in range(d):
+                r[k] -= 2.0 * c[best_j] * m[k, best_j]
+            mask ^= np.uint32(1) << np.uint32(best_j)
+        masks[t] = mask
+        e = 0.0
+        for k in range(d):
+            e += r[k] * r[k]
+        out_err[t] = e
+
+
+def check_chunks(x, d: int) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[1] != d:
+        raise ValueError(f"x must be a 2-d array of chunks with {d} columns (the codebook's d), got shape {x.shape}")
+    if x.dtype.kind != "f":
+        raise ValueError(f"x must be a float array, got dtype {x.dtype}")
+    x = np.ascontiguousarray(x, np.float32)
+    if not np.isfinite(x).all():
+        raise ValueError("x holds NaN or Inf values; LiftQuant encodes finite weights only")
+    return x
+
+
+def check_search(search: str, lifted: int) -> str:
+    if search not in SEARCHES:
+        raise ValueError(f"search must be one of {', '.join(SEARCHES)}, got {search!r}")
+    if search == "exact" and lifted > EXACT_MAX_LIFTED:
+        raise ValueError(f"search='exact' enumerates 2^D codes and is offered up to D = {EXACT_MAX_LIFTED}; "
+                         f"this codebook has D = {lifted}: use 'fast' or 'fast+local'")
+    return search
+
+
+def fast_candidates(x, tables: SearchTables, starts: int) -> np.ndarray:
+    """The ``starts`` best distinct codes (n, starts) the fast search finds per chunk, best first."""
+    d, D = tables.matrix.shape
+    x = check_chunks(x, d)
+    if isinstance(starts, bool) or not isinstance(starts, (int, np.integer)) or not 1 <= starts <= MAX_STARTS:
+        raise ValueError(f"starts must be an integer in [1, {MAX_STARTS}], got {starts!r}")
+    masks = np.zeros((x.shape[0], int(starts)), np.uint32)
+    tabs, norms, cross, sizes = tables.groups
+    p_lift, q_lift_t = tables.lift
+    flips = gray_flips(D - d)
+    parallel_map(math.ceil(x.shape[0] / TILE), lambda t0, t1: fast_tiles(
+        x, p_lift, q_lift_t, tabs, norms, cross, sizes, flips, TILE, t0, t1, masks), 1)
+    return masks
+
+
+def local_refine(x, tables: SearchTables, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, squared errors) after the 1-bit-flip descent from each of ``masks`` (n, K): the best of the K."""
+    x = check_chunks(x, tables.matrix.shape[0])
+    n, K = masks.shape
+    flat = np.ascontiguousarray(masks, np.uint32).reshape(-1).copy()
+    err = np.zeros(flat.size, np.float64)
+    starts = np.repeat(x, K, axis=0) if K > 1 else x
+    parallel_map(flat.size, lambda i0, i1: local_search(starts, tables.matrix, tables.column_norms, i0, i1, flat, err),
+                 256)
+    pick = err.reshape(n, K).argmin(axis=1)
+    rows = np.arange(n)
+    return flat.reshape(n, K)[rows, pick], err.reshape(n, K)[rows, pick]
+
+
+def search_codes(x, tables: SearchTables, search: str = "fast+local",
+                 starts: int = DEFAULT_STARTS) -> tuple[np.ndarray, np.ndarray]:
+    """(sign masks uint32 (n,), squared errors float64 (n,)) of the codes ``search`` finds for chunks ``x`` (n, d).
+
+    ``starts``: for fast+local, how many of the fast search's best distinct codes the
+    local search starts from (the best result is kept).
+    """
+    m = tables.matrix
+    check_search(search, m.shape[1])
+    x = check_chunks(x, m.shape[0])
+    if search == "exact":
+        masks = np.zeros(x.shape[0], np.uint32)
+        tabs, norms, cross, sizes = tables.groups
+        parallel_map(x.shape[0], lambda i0, i1: exact_chunks(x, tabs, norms, cross, sizes, i0, i1, masks), 1)
+    else:
+        candidates = fast_candidates(x, tables, 1 if search == "fast" else starts)
+        if search == "fast+local":
+            return local_refine(x, tables, candidates)
+        masks = candidates[:, 0].copy()
+    return masks, code_errors(x, m, masks)
+
+
+def signs_of(masks: np.ndarray, lifted: int) -> np.ndarray:
+    """Sign vectors (n, D) float32 in {-1, +1} of bit masks (n,)."""
+    bits = (np.asarray(masks, np.uint32)[:, None] >> np.arange(lifted, dtype=np.uint32)) & 1
+    return bits.astype(np.float32) * 2 - 1
+
+
+def code_errors(x: np.ndarray, matrix: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """||x - M c||^2 per chunk, in float64."""
+    m = np.asarray(matrix, np.float64)
+    points = signs_of(masks, m.shape[1]).astype(np.float64) @ m.T
+    return ((np.asarray(x, np.float64) - points) ** 2).sum(axis=1)
