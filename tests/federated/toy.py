@@ -1,0 +1,37 @@
+"""A small workload for engine tests: an MLP regressing a fixed random teacher, one data partition per worker."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from edgekit.federated.workload import Workload
+
+WIDTH = 16
+
+
+def toy_workload(partitions: int = 4, seed: int = 0, crash: tuple[int, int] | None = None) -> Workload:
+    """``crash = (partition, step)``: that worker raises when it reaches that step (a client crashing mid-round)."""
+    teacher = torch.Generator().manual_seed(1234)
+    w_true = torch.randn(WIDTH, 1, generator=teacher)
+    shift = torch.randn(partitions, WIDTH, generator=teacher) * 0.5  # each partition's inputs differ
+
+    def build():
+        torch.manual_seed(seed)
+        return nn.Sequential(nn.Linear(WIDTH, 32), nn.Tanh(), nn.Linear(32, 1))
+
+    def batch_loss(model, partition, step):
+        if crash is not None and (partition, step) == crash:
+            raise RuntimeError(f"worker {partition} crashed at step {step}")
+        g = torch.Generator().manual_seed(seed * 1_000_003 + partition * 10_007 + step)
+        x = torch.randn(32, WIDTH, generator=g) + shift[partition]
+        return F.mse_loss(model(x), x @ w_true)
+
+    def evaluate(model):
+        g = torch.Generator().manual_seed(99)
+        x = torch.randn(256, WIDTH, generator=g)
+        return {"loss": float(F.mse_loss(model(x), x @ w_true))}
+
+    return Workload(build, lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2), batch_loss, evaluate,
+                    flops_per_step=6 * 32 * (WIDTH * 32 + 32), num_partitions=partitions, seed=seed)
