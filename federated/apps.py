@@ -1,0 +1,248 @@
+"""The Flower apps of every method, configured by one run config, on any engine.
+
+:class:`RunSettings` is the run config (Flower's ``[tool.flwr.app.config]``, keys with
+hyphens). :func:`make_client_app` and :func:`make_server_app` build the ClientApp and
+ServerApp from a workload factory; the ServerApp puts the simulated network
+(:class:`~.network_grid.NetworkGrid`) on whatever grid Flower hands it, so the same apps
+run in process (:func:`run_in_process`), on Flower's simulation engine and on its
+deployment engine. A method is an entry of :data:`METHODS`: a function of the settings,
+the initial parameters and the FLOPs of one inner step that returns an
+:class:`~.engine.EdgeStrategy`; its ClientApp handlers are registered by an entry of
+:data:`CLIENT_HANDLERS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import time
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from flwr.app import Context
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid, ServerApp
+from flwr.supercore import log as flwr_log
+
+from . import diloco, gossip
+from .compression import check_compression, packed_nbytes
+from .engine import EdgeStrategy, RunResult, run_rounds
+from .inproc_grid import InProcessGrid
+from .links import LinkSpec, Network
+from .network_grid import NetworkGrid
+from .records import RoundRecord
+from .topology import TOPOLOGIES
+from .workload import Workload, evaluate_arrays, parameters_of
+
+DEADLINE_SLACK = 1.5  # an automatic deadline is this many times the healthy exchange time
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One federated run. ``straggler`` is the client index that computes ``straggler_slowdown``
+    times slower (-1: none); ``deadline_s`` 0 picks one automatically (see :func:`deadline`);
+    ``model_config`` is the workload's own ``KEY=VALUE`` settings, space separated."""
+
+    method: str = "diloco"
+    clients: int = 8
+    rounds: int = 10
+    inner_steps: int = 20
+    mixing_steps: int = 0
+    topology: str = "ring"
+    mixing: str = "metropolis"
+    mix_momentum: bool = False
+    compression: str = "none"
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    bandwidth_bps: float = 10e6
+    latency_s: float = 0.05
+    jitter_s: float = 0.0
+    drop: float = 0.0
+    outage: float = 0.0
+    outage_period_s: float = 60.0
+    device_flops: float = 11.52e9
+    straggler: int = -1
+    straggler_slowdown: float = 3.0
+    deadline_s: float = 0.0
+    seed: int = 0
+    model_config: str = ""
+    eval_every: int = 1
+    checkpoint: str = ""
+    output: str = ""
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; allowed: {', '.join(METHODS)}")
+        for name in ("clients", "rounds", "inner_steps", "eval_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.mixing_steps < 0:
+            raise ValueError(f"mixing_steps must be 0 or more, got {self.mixing_steps}")
+        if self.topology not in TOPOLOGIES:
+            raise ValueError(f"unknown topology {self.topology!r}; allowed: {', '.join(TOPOLOGIES)}")
+        if self.mixing not in gossip.MIXINGS:
+            raise ValueError(f"unknown mixing {self.mixing!r}; allowed: {', '.join(gossip.MIXINGS)}")
+        check_compression(self.compression)
+        if not -1 <= self.straggler < self.clients:
+            raise ValueError(f"straggler must be a client index in [0, {self.clients - 1}] or -1, got {self.straggler}")
+        if self.deadline_s < 0:
+            raise ValueError(f"deadline must be positive seconds, or 0 for automatic; got {self.deadline_s}")
+        self.network()  # the link and device values are checked there
+
+    def network(self) -> Network:
+        link = LinkSpec(self.bandwidth_bps, self.latency_s, self.jitter_s, self.drop, self.outage,
+                        self.outage_period_s)
+        stragglers = {self.straggler: self.straggler_slowdown} if self.straggler >= 0 else {}
+        return Network(link, self.device_flops, stragglers=stragglers, seed=self.seed)
+
+    def run_config(self) -> dict:
+        """As a Flower run config: hyphenated keys."""
+        return {f.name.replace("_", "-"): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_run_config(cls, config: Mapping) -> RunSettings:
+        """From a Flower run config; a key this run does not know is an error that lists the known ones."""
+        hints = typing.get_type_hints(cls)
+        fields = {f.name.replace("_", "-"): f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(config) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown run config key(s) {', '.join(unknown)}; known: {', '.join(fields)}")
+        return cls(**{fields[k]: hints[fields[k]](v) for k, v in config.items()})
+
+
+# -- methods ------------------------------------------------------------------------------------
+
+def _diloco(settings: RunSettings, initial: dict, flops_per_step: float) -> EdgeStrategy:
+    return diloco.DiLoCo(initial, inner_steps=settings.inner_steps, flops_per_step=flops_per_step,
+                         outer=diloco.OuterNesterov(settings.outer_lr, settings.outer_momentum),
+                         compression=settings.compression)
+
+
+def _gossip(settings: RunSettings, initial: dict, flops_per_step: float) -> EdgeStrategy:
+    return gossip.GossipDiLoCo(initial, inner_steps=settings.inner_steps, flops_per_step=flops_per_step,
+                               mixing_steps=settings.mixing_steps, topology=settings.topology,
+                               mixing=settings.mixing, compression=settings.compression,
+                               mix_momentum=settings.mix_momentum,
+                               outer=diloco.OuterNesterov(settings.outer_lr, settings.outer_momentum),
+                               seed=settings.seed)
+
+
+METHODS: dict[str, Callable[[RunSettings, dict, float], EdgeStrategy]] = {"diloco": _diloco, "gossip": _gossip}
+CLIENT_HANDLERS: list[Callable[[ClientApp, Callable[[Context], Workload]], None]] = [
+    diloco.register_client, gossip.register_client]
+
+
+def deadline(settings: RunSettings, strategy: EdgeStrategy, workload: Workload) -> float:
+    """The deadline of one exchange, simulated seconds: ``settings.deadline_s``, or when 0,
+    ``DEADLINE_SLACK`` times the healthy time of what the method waits for: a DiLoCo round
+    (download, compute, upload) measured from its start; a gossip payload's transfer,
+    measured from when the receiver needs it."""
+    if settings.deadline_s > 0:
+        return settings.deadline_s
+    link = settings.network().client
+
+    def payload(arrays: dict, compression: str) -> int:
+        # tensor data alone: Flower stores identical chunks once, so a serialized sample (say, of a
+        # zero momentum) can be far smaller than the payloads of the run
+        return sum(packed_nbytes(a.shape, compression) for a in arrays.values())
+
+    update = payload(strategy.update_reference, settings.compression)
+    if strategy.p2p:
+        return DEADLINE_SLACK * link.nominal_seconds(update)
+    compute = settings.inner_steps * workload.flops_per_step / settings.device_flops
+    params = payload(strategy.reference, "none")
+    return DEADLINE_SLACK * (link.nominal_seconds(params) + compute + link.nominal_seconds(update))
+
+
+def execute(settings: RunSettings, workload: Workload, grid: NetworkGrid, *, checkpoint: str | None = None,
+            on_round: Callable[[RoundRecord], None] | None = None) -> RunResult:
+    """Run ``settings.method`` on ``grid`` with ``workload``, evaluating the model centrally."""
+    initial = parameters_of(workload.build_model())
+    strategy = METHODS[settings.method](settings, initial, workload.flops_per_step)
+    timeout = deadline(settings, strategy, workload)
+    result = run_rounds(strategy, grid, settings.rounds, timeout=timeout,
+                        evaluate=lambda _, arrays: evaluate_arrays(workload, arrays), eval_every=settings.eval_every,
+                        checkpoint=checkpoint, config={k: v for k, v in settings.run_config().items()
+                                                       if k not in ("checkpoint", "output")},
+                        on_round=on_round)
+    result.summary["deadline_s"] = timeout
+    return result
+
+
+def make_client_app(workload_for: Callable[[RunSettings], Workload]) -> ClientApp:
+    """The ClientApp of every method; a client's workload comes from the run config."""
+    app = ClientApp()
+
+    def context_workload(context: Context) -> Workload:
+        return workload_for(RunSettings.from_run_config(context.run_config))
+
+    for register in CLIENT_HANDLERS:
+        register(app, context_workload)
+    return app
+
+
+def run_in_process(settings: RunSettings, workload_for: Callable[[RunSettings], Workload], *,
+                   checkpoint: str | None = None,
+                   on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
+    """The run on the in-process engine: every client in this process, over the simulated network."""
+    inner = InProcessGrid(make_client_app(workload_for), settings.clients, settings.run_config())
+    grid = NetworkGrid(inner, settings.network())
+    return execute(settings, workload_for(settings), grid, checkpoint=checkpoint, on_round=on_round), grid
+
+
+def wait_for_nodes(grid: Grid, count: int, timeout_s: float) -> list[int]:
+    """Poll a real engine's grid until ``count`` nodes have joined (real seconds: nodes connecting)."""
+    deadline_at = time.monotonic() + timeout_s
+    while True:
+        nodes = list(grid.get_node_ids())
+        if len(nodes) >= count:
+            return nodes
+        if time.monotonic() > deadline_at:
+            raise RuntimeError(f"only {len(nodes)} of {count} clients joined within {timeout_s:.0f} s")
+        time.sleep(0.5)
+
+
+PROGRESS = re.compile(r"edgekit round (\d+)/(\d+) sim_time=(\S+) loss=(\S+) used=(\d+) missing=(\d+) rejected=(\d+)")
+
+
+def progress_line(record: RoundRecord, rounds: int) -> str:
+    """One log line per round, the same on every engine (``PROGRESS`` reads it back)."""
+    loss = record.metrics.get("eval", {}).get("loss")
+    return (f"edgekit round {record.round}/{rounds} sim_time={record.sim_time:.6g} loss={loss} "
+            f"used={len(record.used)} missing={len(record.missing)} rejected={len(record.rejected)}")
+
+
+def parse_progress(line: str) -> RoundRecord | None:
+    """The round a ServerApp's progress line reports (round, simulated time and loss), or None."""
+    match = PROGRESS.search(line)
+    if match is None:
+        return None
+    loss = None if match.group(4) == "None" else float(match.group(4))
+    return RoundRecord(int(match.group(1)), sim_time=float(match.group(3)),
+                       metrics={"eval": {"loss": loss}} if loss is not None else {})
+
+
+def make_server_app(workload_for: Callable[[RunSettings], Workload],
+                    on_result: Callable[[RunSettings, RunResult, NetworkGrid], None],
+                    node_wait_s: float = 300.0, reply_timeout_s: float = 3600.0) -> ServerApp:
+    """The ServerApp of every method: waits for ``clients`` nodes, puts the simulated network
+    on Flower's grid, runs the method and hands the result to ``on_result``."""
+    app = ServerApp()
+
+    @app.main()
+    def main(grid: Grid, context: Context) -> None:
+        settings = RunSettings.from_run_config(context.run_config)
+        wait_for_nodes(grid, settings.clients, node_wait_s)
+        network_grid = NetworkGrid(grid, settings.network(), inner_timeout=reply_timeout_s)
+
+        def progress(record: RoundRecord) -> None:
+            flwr_log(logging.INFO, progress_line(record, settings.rounds))
+
+        result = execute(settings, workload_for(settings), network_grid, checkpoint=settings.checkpoint or None,
+                         on_round=progress)
+        on_result(settings, result, network_grid)
+
+    return app
+
