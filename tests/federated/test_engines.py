@@ -1,0 +1,49 @@
+"""The same apps on Flower's own engines: the deployment engine on loopback, and the Ray simulation engine."""
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edgekit.federated.apps import RunSettings, parse_progress
+from edgekit.federated.flower_run import LocalFederation, write_app
+
+ROOT = Path(__file__).resolve().parents[2]
+BINARIES = ("flower-superlink", "flower-supernode", "flwr")
+
+
+def submit(tmp_path, monkeypatch, simulation: bool):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    output = tmp_path / "result.json"
+    settings = RunSettings(method="diloco", clients=2, rounds=2, inner_steps=3, bandwidth_bps=1e6, latency_s=0.05,
+                           device_flops=1e6, output=str(output))
+    app = write_app(tmp_path / "app", "tests.federated.toy_apps:server_app", "tests.federated.toy_apps:client_app",
+                    settings.run_config())
+    with LocalFederation(2, simulation=simulation, workdir=tmp_path / "federation") as federation:
+        progress = []
+        log = federation.flwr_run(app, timeout_s=240, on_line=lambda line: progress.append(parse_progress(line)),
+                                  federation_config={"num-supernodes": 2} if simulation else None)
+        assert output.exists(), log + federation.log_tail("superlink")
+    assert [r.round for r in progress if r is not None] == [1, 2]  # one progress line per round
+    result = json.loads(output.read_text())
+    assert [r["round"] for r in result["rounds"]] == [0, 1, 2]
+    assert all(r["used"] == [0, 1] for r in result["rounds"][1:])
+    assert result["rounds"][2]["eval"]["loss"] < result["rounds"][0]["eval"]["loss"]
+    assert result["bytes"]["down"] > 0 and result["bytes"]["up"] > 0 and result["rounds"][2]["sim_time"] > 0
+    return result
+
+
+@pytest.mark.skipif(not all(shutil.which(b) for b in BINARIES),
+                    reason="Flower's deployment binaries (flower-superlink, flower-supernode, flwr) are not on PATH")
+def test_deployment_engine_on_loopback(tmp_path, monkeypatch):
+    result = submit(tmp_path, monkeypatch, simulation=False)
+    assert len(result["nodes"]) == 2 and all(n > 0 for n in result["nodes"])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                    reason="Ray is not installed (pip install 'edgekit[ray]' for Flower's simulation engine)")
+def test_ray_simulation_engine(tmp_path, monkeypatch):
+    submit(tmp_path, monkeypatch, simulation=True)
