@@ -1,0 +1,79 @@
+"""The ``edgekit quantize`` command: LiftQuant a model to a bit-width, a size, or a target's memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .output import OUTPUT_FORMATS, markdown_table, write_result
+from .provenance import provenance
+
+
+class ConfigList(click.ParamType):
+    """Comma-separated LiftQuant configurations (``24to10,16to8`` or ``liftquant_24to10``)."""
+
+    name = "configs"
+
+    def convert(self, value, param, ctx):
+        from edgekit.simulators.formats import get_liftquant_format
+
+        if not isinstance(value, str):
+            return value
+        try:
+            return [get_liftquant_format(item).name for item in value.split(",") if item.strip()]
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+@click.command(name="quantize")
+@click.argument("model", metavar="MODEL")
+@click.option("--method", type=click.Choice(["liftquant"]), default="liftquant", show_default=True,
+              help="Quantization method.")
+@click.option("--bits", type=float, default=None, help="Bits per quantized weight, scales and codebooks included.")
+@click.option("--budget", default=None, help="Size of the whole model, e.g. 300MB, 1.5GiB (float parts included).")
+@click.option("--target", default=None, help="A target from `edgekit targets`: its memory is the ceiling.")
+@click.option("--configs", type=ConfigList(), default=None,
+              help="LiftQuant configurations to choose from (default: every row of the table).")
+@click.option("--group-size", type=click.IntRange(1), default=None,
+              help="Weights per E4M3 group scale along each row (a multiple of every chosen d); default: row scales only.")
+@click.option("--calibration-batches", type=click.IntRange(1), default=8, show_default=True,
+              help="Batches of the model's training data for statistics and fine-tuning.")
+@click.option("--finetune-steps", type=click.IntRange(0), default=200, show_default=True,
+              help="Block-output fine-tuning steps per unit (0: none).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--save", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the model with its LiftQuant weights (simulated, float32) as a checkpoint.")
+@click.option("--codes", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the packed codes and scales of every layer (.npz).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("quantize.json"),
+              show_default=True, help="Where to write the choice and the achieved figures.")
+@click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default=None,
+              help="File format of --output (default: from its suffix, else json).")
+def quantize(model, method, bits, budget, target, configs, group_size, calibration_batches, finetune_steps, seed,
+             save, codes, output, output_format):
+    """Quantize MODEL (registered name or checkpoint) with LiftQuant to --bits, --budget or --target.
+
+    A knapsack over layer sensitivity and bytes picks one configuration per Linear layer so
+    that the bits per weight (or the model's size) land within 1% below the request; a
+    target's memory is a ceiling. Prints and saves the per-layer choice and the totals.
+    """
+    from .cli import resolve_output_format, run_job
+    from .quantize_job import result_rows, run_quantize
+
+    result = run_job(run_quantize, model, bits=bits, budget=budget, target=target, candidates=configs,
+                     group_size=group_size, calibration_batches=calibration_batches, finetune_steps=finetune_steps,
+                     seed=seed, save=save, codes=codes)
+    totals = result["totals"]
+    text = markdown_table(result_rows(result))
+    asked = (f"{bits} bits/weight" if bits is not None else
+             f"{totals['requested_bytes']} bytes" + (f" ({target} memory, a ceiling)" if target else ""))
+    text += (f"\n\nasked {asked}; achieved {totals['bits_per_weight']:.4f} bits/weight, "
+             f"{totals['quantized_bytes']} bytes of LiftQuant weights ({totals['codebook_bytes']} of codebooks) "
+             f"+ {totals['float_bytes']} float bytes = {totals['model_bytes']} bytes\n"
+             f"{result['metric']}: float {result['float'][result['metric']]:.4f}, "
+             f"LiftQuant {result['quantized'][result['metric']]:.4f}")
+    click.echo(text)
+    path = write_result(output, resolve_output_format(output, output_format),
+                        {"layers": result["layers"], "totals": [totals], "result": [result]}, provenance(seed), text)
+    click.echo(f"wrote {path}", err=True)
