@@ -503,5 +503,9 @@ def demo(formats_, output, output_format, seed):
         click.echo(f"wrote {path}", err=True)
 
 
+from .quantize_cli import quantize
+
+main.add_command(quantize)
+
 if __name__ == "__main__":
     main()
