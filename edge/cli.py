@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .fl_cli import fl
 from .output import OUTPUT_FORMATS, markdown_table, write_result
 
 
@@ -506,6 +507,9 @@ def demo(formats_, output, output_format, seed):
 from .quantize_cli import quantize
 
 main.add_command(quantize)
+
+main.add_command(fl)
+
 
 if __name__ == "__main__":
     main()

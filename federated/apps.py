@@ -27,6 +27,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log as flwr_log
 
 from . import diloco, gossip
+from .choices import METHOD_NAMES
 from .compression import check_compression, packed_nbytes
 from .engine import EdgeStrategy, RunResult, run_rounds
 from .inproc_grid import InProcessGrid
@@ -130,6 +131,7 @@ def _gossip(settings: RunSettings, initial: dict, flops_per_step: float) -> Edge
 
 
 METHODS: dict[str, Callable[[RunSettings, dict, float], EdgeStrategy]] = {"diloco": _diloco, "gossip": _gossip}
+assert tuple(METHODS) == METHOD_NAMES, "choices.METHOD_NAMES must list exactly the methods implemented here"
 CLIENT_HANDLERS: list[Callable[[ClientApp, Callable[[Context], Workload]], None]] = [
     diloco.register_client, gossip.register_client]
 

@@ -26,7 +26,8 @@ from flwr.app import Array, ArrayRecord
 
 from edgekit.simulators import QuantizedTensor, dequantize, get_format, quantize
 
-COMPRESSIONS = ("none", "mxint8", "mxfp4")
+from .choices import COMPRESSIONS
+
 STYPE = "edgekit.tensors:"
 TENSORS = "tensors"
 

@@ -34,6 +34,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 
+from .choices import MIXINGS
 from .compression import from_record, to_record
 from .diloco import DEFAULT_OUTER, OuterNesterov, inner_config, train_inner
 from .engine import EdgeStrategy, client_index, simulated_clock
@@ -43,7 +44,6 @@ from .wire import PUBLISH, TIMING, peer_record_name, peer_sources, timing_record
 from .workload import Workload, parameters_of
 
 ROUND_ACTION, MIX_ACTION = "gossip", "mix"
-MIXINGS = ("metropolis", "exact")
 SELF_WEIGHT = "self"
 PARAMS, MOMENTUM = "gossip_params", "gossip_momentum"
 MOMENTUM_PREFIX = "momentum."

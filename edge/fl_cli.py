@@ -1,0 +1,191 @@
+"""``edgekit fl run`` and ``edgekit fl report``: federated training over simulated links, and its report."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import click
+
+from edgekit.federated.choices import COMPRESSIONS, ENGINES, METHOD_NAMES, MIXINGS
+from edgekit.federated.topology import TOPOLOGIES
+
+from .output import markdown_table
+
+PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6, "g": 1e9, "G": 1e9}
+DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}
+_NUMBER = r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
+_RATE = re.compile(_NUMBER + r"([kKmMgG]?)(bit|B)(?:/s)?\s*$")
+_DURATION = re.compile(_NUMBER + r"(us|ms|s|min)\s*$")
+
+
+def parse_rate(text: str) -> float:
+    """Bits per second from ``10Mbit``, ``10Mbit/s``, ``1.5Gbit``, ``500kbit`` or bytes per second, ``2MB/s``."""
+    match = _RATE.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a positive rate; write a number and a unit: bit, kbit, Mbit, Gbit "
+                         "(bits per second) or B, kB, MB, GB (bytes per second), '/s' optional, e.g. 10Mbit")
+    return float(match.group(1)) * PREFIXES[match.group(2)] * (8.0 if match.group(3) == "B" else 1.0)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``50ms``, ``1.5s``, ``200us`` or ``2min``."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a duration; write a number and a unit: us, ms, s or min, e.g. 50ms")
+    return float(match.group(1)) * DURATION_UNITS[match.group(2)]
+
+
+class Quantity(click.ParamType):
+    """A number with a unit, read by ``parse`` (a rate or a duration); a bad one names the option and the units."""
+
+    def __init__(self, name: str, parse):
+        self.name, self.parse = name, parse
+
+    def convert(self, value, param, ctx):
+        try:
+            return value if isinstance(value, float) else self.parse(value)
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+
+
+RATE, DURATION = Quantity("rate", parse_rate), Quantity("duration", parse_duration)
+PROBABILITY = click.FloatRange(0.0, 1.0)
+
+
+@click.group()
+def fl():
+    """Train across weakly connected devices: DiLoCo and gossip DiLoCo on Flower, over simulated links."""
+
+
+@fl.command()
+@click.argument("method", type=click.Choice(METHOD_NAMES))
+@click.option("--clients", type=click.IntRange(2), default=8, show_default=True, help="Workers, one data share each.")
+@click.option("--rounds", type=click.IntRange(1), default=10, show_default=True)
+@click.option("-H", "--inner-steps", type=click.IntRange(1), default=20, show_default=True,
+              help="Inner AdamW steps per worker per round.")
+@click.option("-k", "--mixing-steps", type=click.IntRange(0), default=0, show_default=True,
+              help="gossip: blocking mixing steps after each outer update.")
+@click.option("--topology", type=click.Choice(TOPOLOGIES), default="ring", show_default=True, help="gossip: graph.")
+@click.option("--mixing", type=click.Choice(MIXINGS), default="metropolis", show_default=True,
+              help="gossip: lazy Metropolis weights over live links, or exact averaging (= DiLoCo).")
+@click.option("--compression", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
+              help="MX format of what each worker sends (DiLoCo: pseudo-gradients; gossip: parameters).")
+@click.option("--bandwidth", type=RATE, default="10Mbit", show_default=True, help="Every link's bandwidth.")
+@click.option("--latency", type=DURATION, default="50ms", show_default=True)
+@click.option("--jitter", type=DURATION, default="0ms", show_default=True,
+              help="Scale of a half-normal extra delay per transfer.")
+@click.option("--drop", type=PROBABILITY, default=0.0, show_default=True, help="Probability a transfer is lost.")
+@click.option("--outage", type=PROBABILITY, default=0.0, show_default=True,
+              help="Probability a link is down for each outage period.")
+@click.option("--outage-period", type=DURATION, default="60s", show_default=True)
+@click.option("--device", default="rpi4", show_default=True,
+              help="Hardware target (edgekit targets) whose fp32 peak sets the simulated compute speed.")
+@click.option("--efficiency", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.1, show_default=True,
+              help="Fraction of the device's fp32 peak that training sustains.")
+@click.option("--straggler", type=click.IntRange(-1), default=-1, show_default=True,
+              help="Client index that computes slower (-1: none).")
+@click.option("--straggler-slowdown", type=click.FloatRange(1.0), default=3.0, show_default=True)
+@click.option("--deadline", type=DURATION, default=None,
+              help="Per-exchange deadline in simulated time (default: 1.5x the healthy exchange).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--config", "config_items", multiple=True, metavar="KEY=VALUE",
+              help="LM config override on top of its tiny config (repeatable), e.g. --config width=128.")
+@click.option("--eval-every", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--engine", type=click.Choice(ENGINES), default="inproc", show_default=True,
+              help="In process over the simulated network, Flower's simulation engine (Ray), or its deployment "
+                   "engine (a SuperLink and SuperNodes on loopback).")
+@click.option("--superlink", default=None, metavar="HOST:PORT",
+              help="deployment: submit to this running SuperLink (its SuperNodes on real machines) instead of "
+                   "starting one with SuperNodes on 127.0.0.1.")
+@click.option("--checkpoint", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Checkpoint file, rewritten every round; a run resumes from it (inproc: exactly).")
+@click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
+              help="PyTorch threads (clients run one after another; more threads than free cores slow it down).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default="fl.json",
+              show_default=True, help="JSON report; the plot goes beside it (.png).")
+def run(method, clients, rounds, inner_steps, mixing_steps, topology, mixing, compression, bandwidth, latency,
+        jitter, drop, outage, outage_period, device, efficiency, straggler, straggler_slowdown, deadline, seed,
+        config_items, eval_every, engine, superlink, checkpoint, threads, output):
+    """Train the byte-level LM with METHOD across simulated edge devices; write a JSON + PNG report.
+
+    Time is simulated: compute is FLOPs over the device's speed, a transfer is latency plus
+    its real serialized bytes over the bandwidth. Each round's record says which updates
+    were missing or rejected and how each was handled.
+    """
+    import torch
+    from tqdm import tqdm
+
+    from edgekit.federated.apps import RunSettings
+    from edgekit.targets import load_target
+
+    from .fl_job import run_fl
+
+    try:
+        peak = load_target(device).peak("fp32")
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--device") from None
+    if not peak:
+        raise click.BadParameter(f"target {device!r} lists no fp32 peak FLOP/s", param_hint="--device")
+    if straggler >= clients:
+        raise click.BadParameter(f"must be a client index below --clients {clients}, or -1", param_hint="--straggler")
+    if superlink is not None and engine != "deployment":
+        raise click.BadParameter("applies to --engine deployment only", param_hint="--superlink")
+    for item in config_items:
+        if "=" not in item or " " in item.strip():
+            raise click.BadParameter(f"{item!r} must look like KEY=VALUE (e.g. width=128)", param_hint="--config")
+    try:
+        settings = RunSettings(method=method, clients=clients, rounds=rounds, inner_steps=inner_steps,
+                               mixing_steps=mixing_steps, topology=topology, mixing=mixing, compression=compression,
+                               bandwidth_bps=bandwidth, latency_s=latency, jitter_s=jitter, drop=drop, outage=outage,
+                               outage_period_s=outage_period, device_flops=peak * efficiency, straggler=straggler,
+                               straggler_slowdown=straggler_slowdown, deadline_s=deadline or 0.0, seed=seed,
+                               model_config=" ".join(config_items), eval_every=eval_every)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from None
+    torch.set_num_threads(threads)
+    bar = tqdm(total=rounds, desc=f"fl {method}", unit="round", dynamic_ncols=True)
+
+    def on_round(record):
+        bar.update(record.round - bar.n)
+        loss = record.metrics.get("eval", {}).get("loss")
+        bar.set_postfix(sim_s=f"{record.sim_time:.1f}", **({"loss": f"{loss:.3f}"} if loss is not None else {}))
+
+    try:
+        sections = run_fl(settings, engine, output, checkpoint=checkpoint, superlink=superlink, on_round=on_round,
+                          log=lambda msg: click.echo(msg, err=True))
+    except (ValueError, RuntimeError) as err:
+        raise click.ClickException(str(err)) from None
+    finally:
+        bar.close()
+    if sections is None:
+        return
+    summary = sections["summary"]
+    click.echo(markdown_table([{k: v for k, v in summary.items() if not isinstance(v, dict)}]))
+    click.echo(f"wrote {output} and {output.with_suffix('.png')}", err=True)
+
+
+@fl.command()
+@click.argument("results", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default="fl_report.png",
+              show_default=True, help="The comparison plot.")
+def report(results, output):
+    """Compare federated runs: a table of their final numbers and one PNG of their curves.
+
+    Each RESULT is a report of `edgekit fl run`, or a file of several runs (a "runs" list,
+    as benchmarks/fl_diloco.py writes).
+    """
+    from .fl_job import fl_plot, render_summary, run_label
+
+    runs = []
+    for path in results:
+        try:
+            data = json.loads(path.read_text())
+            runs += data.get("runs", [data])
+            rows = render_summary(runs)
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise click.BadParameter(f"{path} is not an `edgekit fl run` report ({err!r})", param_hint="RESULTS")
+    click.echo(markdown_table(rows))
+    fl_plot([(run_label(r["settings"]), r) for r in runs], output)
+    click.echo(f"wrote {output}", err=True)

@@ -1,0 +1,279 @@
+"""``edgekit fl``: the byte-level LM trained across simulated edge devices, on any engine, and its report.
+
+The workload is :mod:`edgekit.models.lm` in its tiny config (overridable), trained by
+``clients`` workers, each on its own share of the stdlib train files (file ``k`` of the
+seeded split goes to worker ``k mod clients``), evaluated on the LM's validation windows.
+Compute in the simulated clock is modelled, not measured: FLOPs of one inner step
+(counted once by PyTorch's FLOP counter) times steps, over the device's FLOP/s.
+
+``server_app`` and ``client_app`` are the Flower components that ``flwr run`` loads for the
+Ray and deployment engines (``edgekit.fl_job:server_app``, ``edgekit.fl_job:client_app``).
+A run writes a JSON report (every number, per round, with provenance) and a PNG.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+from collections.abc import Callable
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from edgekit.federated.apps import (
+    RunSettings,
+    make_client_app,
+    make_server_app,
+    parse_progress,
+    run_in_process,
+)
+from edgekit.federated.choices import ENGINES
+from edgekit.federated.engine import RunResult
+from edgekit.federated.flower_run import Federation, LocalFederation, write_app
+from edgekit.federated.network_grid import NetworkGrid
+from edgekit.federated.records import RoundRecord
+from edgekit.federated.workload import Workload
+from edgekit.models import lm
+from edgekit.models.registry import make_config, parse_config_items
+from edgekit.simulators.files import atomic_write
+
+from .output import write_result
+from .provenance import provenance
+
+FL_DATA = {"max_train_bytes": 2_400_000}  # on top of LMConfig.tiny: ~300 KB of source per worker of 8
+RUN_TIMEOUT_S = 3600.0
+
+
+# -- the workload -------------------------------------------------------------------------------
+
+def lm_config(settings: RunSettings) -> lm.LMConfig:
+    """LMConfig.tiny with the FL data size, the run's seed, a cosine over every inner step, and ``model_config``."""
+    overrides = {**FL_DATA, "seed": settings.seed, "steps": settings.rounds * settings.inner_steps,
+                 **parse_config_items(settings.model_config.split())}
+    return make_config("lm", overrides, tiny=True)
+
+
+def partition_bytes(config: lm.LMConfig, partitions: int) -> list[np.ndarray]:
+    """Each worker's bytes: train files ``p, p + n, p + 2n, ...`` of the seeded split, capped at
+    ``max_train_bytes / n`` each."""
+    files = lm.split_files(config)[0]
+    cap = config.max_train_bytes // partitions
+    shares = []
+    for p in range(partitions):
+        chunks, total = [], 0
+        for path in files[p::partitions]:
+            if total >= cap:
+                break
+            chunks.append(path.read_bytes())
+            total += len(chunks[-1])
+        data = lm.encode(b"".join(chunks)[:cap])
+        if len(data) < config.seq_len + 2:
+            raise ValueError(f"worker {p} of {partitions} gets {len(data)} bytes of source, fewer than seq_len + 2; "
+                             "use fewer clients or a larger max_train_bytes")
+        shares.append(torch.from_numpy(data.astype(np.int64)))
+    return shares
+
+
+def window_loss(model, data: torch.Tensor, config: lm.LMConfig, rng: np.random.Generator) -> torch.Tensor:
+    """Next-byte cross-entropy on ``batch`` random windows of ``data`` (the LM's training loss)."""
+    starts = torch.from_numpy(rng.integers(0, len(data) - config.seq_len - 1, config.batch))
+    window = data[starts[:, None] + torch.arange(config.seq_len + 1)]
+    logits = model(window[:, :-1])
+    return F.cross_entropy(logits.reshape(-1, lm.VOCAB), window[:, 1:].reshape(-1))
+
+
+def step_flops(config: lm.LMConfig) -> float:
+    """FLOPs of one training step (forward and backward) counted by PyTorch's FLOP counter."""
+    model = lm.build(config)
+    with FlopCounterMode(display=False) as counter:
+        window_loss(model, torch.arange(4 * config.seq_len) % lm.VOCAB, config, np.random.default_rng(0)).backward()
+    return float(counter.get_total_flops())
+
+
+@lru_cache(maxsize=4)
+def _workload(config: lm.LMConfig, clients: int) -> Workload:
+    shares = partition_bytes(config, clients)
+    spec = lm.train_spec(config)
+
+    def build():
+        torch.manual_seed(config.seed)
+        return lm.build(config)
+
+    def batch_loss(model, partition, step):
+        return window_loss(model, shares[partition], config, np.random.default_rng([config.seed, partition, step]))
+
+    def evaluate(model):
+        metrics = lm.evaluate(model, config)
+        return {"loss": metrics["cross_entropy"], "perplexity": metrics["perplexity"],
+                "bits_per_byte": metrics["bits_per_byte"]}
+
+    return Workload(build, spec.optimizer, batch_loss, evaluate, step_flops(config), clients,
+                    lr=lambda step: lm.lr_at(step, config), grad_clip=config.grad_clip, seed=config.seed)
+
+
+def workload_for(settings: RunSettings) -> Workload:
+    return _workload(lm_config(settings), settings.clients)
+
+
+# -- reports --------------------------------------------------------------------------------------
+
+def summarize(settings: RunSettings, result: RunResult) -> dict:
+    evaluated = [r for r in result.records if "eval" in r.metrics]
+    final = evaluated[-1].metrics["eval"] if evaluated else {}
+    rounds = [r for r in result.records if r.round > 0]
+    return {**result.summary, "final_loss": final.get("loss"), "final_perplexity": final.get("perplexity"),
+            "inner_steps_per_worker": settings.rounds * settings.inner_steps,
+            "mean_disagreement": float(np.mean([r.metrics.get("disagreement", 0.0) for r in rounds])) if rounds else 0.0,
+            "missing_updates": sum(len(r.missing) for r in rounds),
+            "rejected_updates": sum(len(r.rejected) for r in rounds),
+            "resumed_from": result.resumed_from}
+
+
+def report_sections(settings: RunSettings, result: RunResult, engine: str, grid: NetworkGrid) -> dict:
+    return {"settings": settings.run_config(), "engine": engine, "summary": summarize(settings, result),
+            "engine_seconds": grid.engine_seconds + getattr(grid.inner, "engine_seconds", 0.0),
+            "rounds": [r.as_dict() for r in result.records]}
+
+
+def write_report(path: str | Path, sections: dict, seed: int) -> tuple[Path, Path]:
+    """The JSON report at ``path`` and its plot beside it (``.png``), both written atomically."""
+    path = Path(path)
+    text = json.dumps(sections["summary"], indent=2)
+    json_path = write_result(path, "json", sections, provenance(seed), text)
+    png = path.with_suffix(".png")
+    fl_plot([(run_label(sections["settings"]), sections)], png)
+    return json_path, png
+
+
+def run_label(settings: dict) -> str:
+    method = settings["method"]
+    if method == "gossip":
+        method += f" k={settings['mixing-steps']} {settings['topology']}"
+    return method
+
+
+def _series(sections: dict):
+    evaluated = [r for r in sections["rounds"] if "eval" in r["metrics"]]
+    steps = sections["settings"]["inner-steps"]
+    return ([r["sim_time"] for r in evaluated], [r["round"] * steps for r in evaluated],
+            [r["metrics"]["eval"]["loss"] for r in evaluated])
+
+
+def fl_plot(runs: list[tuple[str, dict]], path: str | Path, title: str = "Federated training") -> None:
+    """Six panels over the runs: validation loss against simulated wall-clock and against inner
+    steps; per round, worker disagreement, cumulative compute utilization, cumulative bytes sent
+    and the simulated duration of the round."""
+    from .plots import plt  # pyplot on the file-only backend
+
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+    for label, sections in runs:
+        times, steps, losses = _series(sections)
+        rounds = [r for r in sections["rounds"] if r["round"] > 0]
+        numbers = [r["round"] for r in rounds]
+        axes[0][0].plot(times, losses, marker="o", ms=2, lw=1.2, label=label)
+        axes[0][1].plot(steps, losses, marker="o", ms=2, lw=1.2, label=label)
+        axes[0][2].plot(numbers, [r["metrics"].get("disagreement", 0.0) for r in rounds], lw=1.2)
+        axes[1][0].plot(numbers, [r["metrics"].get("utilization") for r in rounds], lw=1.2)
+        axes[1][1].plot(numbers, np.cumsum([r["bytes_sent"] for r in rounds]) / 1e6, lw=1.2)
+        axes[1][2].plot(numbers, np.diff([0.0, *[r["sim_time"] for r in rounds]]), lw=1.2)
+    labels = [("simulated wall-clock (s)", "validation loss (nats/byte)"),
+              ("inner steps per worker", "validation loss (nats/byte)"),
+              ("round", "worker disagreement (relative)"), ("round", "compute utilization (cumulative)"),
+              ("round", "bytes sent (MB, cumulative)"), ("round", "simulated round time (s)")]
+    for ax, (xlabel, ylabel) in zip(axes.flat, labels):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    atomic_write(path, buf.getvalue())
+
+
+def render_summary(rows: list[dict]) -> list[dict]:
+    """One table row per run: the numbers a reader compares across runs."""
+    out = []
+    for sections in rows:
+        s, summary = sections["settings"], sections["summary"]
+        bytes_ = summary.get("bytes") or {}
+        out.append({"run": run_label(s), "bandwidth Mbit/s": s["bandwidth-bps"] / 1e6, "drop": s["drop"],
+                    "outage": s["outage"], "straggler": s["straggler"], "final loss": summary["final_loss"],
+                    "sim time (s)": summary["sim_time"], "utilization": summary["utilization"],
+                    "MB sent": bytes_.get("total", 0) / 1e6, "disagreement": summary["mean_disagreement"],
+                    "missing": summary["missing_updates"], "rejected": summary["rejected_updates"]})
+    return out
+
+
+# -- running ------------------------------------------------------------------------------------------
+
+def _write_run_report(settings: RunSettings, result: RunResult, grid: NetworkGrid) -> None:
+    """The ServerApp's last act on Flower's engines: the report where ``output`` says."""
+    write_report(settings.output, report_sections(settings, result, "flower", grid), settings.seed)
+
+
+client_app = make_client_app(workload_for)
+server_app = make_server_app(workload_for, _write_run_report)
+
+
+def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint: str | Path | None = None,
+           superlink: str | None = None, on_round: Callable[[RoundRecord], None] | None = None,
+           log: Callable[[str], None] = print, timeout_s: float = RUN_TIMEOUT_S) -> dict | None:
+    """Run ``settings`` on ``engine`` and write the report to ``output``; the report's sections.
+
+    ``superlink`` (``host:port``, deployment engine only) submits to a SuperLink that is
+    already running, with its SuperNodes, on other machines; the ServerApp runs beside that
+    SuperLink and writes the report there, so None is returned unless ``output`` is visible here.
+    Without it the Ray and deployment engines run on a federation started on 127.0.0.1.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
+    if superlink is not None and engine != "deployment":
+        raise ValueError(f"a SuperLink address applies to the deployment engine, not to {engine!r}")
+    output = Path(output).resolve()
+    if engine == "inproc":
+        result, grid = run_in_process(settings, workload_for, checkpoint=str(checkpoint) if checkpoint else None,
+                                      on_round=on_round)
+        sections = report_sections(settings, result, engine, grid)
+        write_report(output, sections, settings.seed)
+        return sections
+    if engine == "ray":
+        _require_ray()
+    remote = RunSettings.from_run_config({**settings.run_config(), "output": str(output),
+                                          "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else ""})
+    output.unlink(missing_ok=True)
+    federation = (Federation(superlink) if superlink is not None
+                  else LocalFederation(settings.clients, simulation=engine == "ray"))
+    with tempfile.TemporaryDirectory(prefix="edgekit-fl-app-") as app_dir, federation:
+        write_app(app_dir, "edgekit.fl_job:server_app", "edgekit.fl_job:client_app", remote.run_config())
+        log(f"{engine}: submitting to the SuperLink at {federation.address}")
+        def on_line(line: str) -> None:
+            record = parse_progress(line)
+            if record is not None and on_round is not None:
+                on_round(record)
+
+        stream = federation.flwr_run(app_dir, timeout_s=timeout_s, on_line=on_line,
+                                     federation_config={"num-supernodes": settings.clients} if engine == "ray" else None)
+    if not output.exists():
+        if superlink is not None:
+            log(f"the run finished; its ServerApp wrote the report to {output} on the SuperLink's machine")
+            return None
+        raise RuntimeError(f"the {engine} run ended without writing its report {output}; its log:\n{stream[-4000:]}")
+    sections = json.loads(output.read_text())
+    sections["engine"] = engine
+    write_report(output, {k: v for k, v in sections.items() if k != "meta"}, settings.seed)
+    return sections
+
+
+def _require_ray() -> None:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise ValueError("the ray engine needs Ray: pip install 'edgekit[ray]' (Flower's simulation extra)") from None
