@@ -1,7 +1,8 @@
 """Pass 3, lower: planned weights become packed codes read by fused decode kernels.
 
-Every Linear (``matmul`` with a weight parameter, transposed or not) and Conv2d
-(``conv2d`` with a weight parameter, groups = 1) whose layer the plan names is
+Every Linear (``matmul`` with a weight parameter, transposed or not), Conv2d and
+Conv1d (``conv2d`` / ``conv1d`` with a weight parameter, groups = 1; a conv1d runs as
+the conv2d of height 1) whose layer the plan names is
 replaced by a ``call_tir`` to a kernel from ``decode_kernels``: its inputs are the
 weight's codes and scales in exactly the simulators' bytes (rearranged, for 4-bit
 and 6-bit codes on CPUs, by the verified repacks of ``simulators.layouts``), bound as constants. The
@@ -37,7 +38,7 @@ class LayerRecord:
     """What one lowered layer stores and how it computes."""
 
     format: str
-    op: str  # "gemv", "gemm" or "conv2d"
+    op: str  # "gemv", "gemm", "conv2d" or "conv1d"
     shape: list  # the weight's shape as the model holds it
     layout: str | None
     weights: int  # elements of the weight
@@ -119,15 +120,19 @@ class _LowerWeights(relax.PyExprMutator):
                 return self._dense(call, *found)
         if call.op == tvm.ir.Op.get("relax.nn.conv2d"):
             found = self._param(call.args[1])
-            if found is not None and not found[2] and self._plain_conv(call):
+            if found is not None and not found[2] and self._plain_conv(call, "NCHW", "OIHW"):
                 return self._conv2d(call, found[0], found[1])
+        if call.op == tvm.ir.Op.get("relax.nn.conv1d"):
+            found = self._param(call.args[1])
+            if found is not None and not found[2] and self._plain_conv(call, "NCW", "OIW"):
+                return self._conv1d(call, found[0], found[1])
         return call
 
     @staticmethod
-    def _plain_conv(call) -> bool:
+    def _plain_conv(call, data_layout: str, kernel_layout: str) -> bool:
         a = call.attrs
-        return (int(a.groups) == 1 and a.data_layout == "NCHW" and a.kernel_layout == "OIHW"
-                and a.out_layout == "NCHW")
+        return (int(a.groups) == 1 and a.data_layout == data_layout and a.kernel_layout == kernel_layout
+                and a.out_layout == data_layout)
 
     def _kernel_constants(self, layer, rows, op, shape):
         fmt_name = self.plan_formats[layer]
@@ -153,15 +158,28 @@ class _LowerWeights(relax.PyExprMutator):
         return relax.op.reshape(self.builder_.emit(y), (*x_shape[:-1], n))
 
     def _conv2d(self, call, layer, value):
-        x = call.args[0]
         a = call.attrs
-        rows = np.transpose(value, (0, 2, 3, 1))  # OIHW -> O,H,W rows of input channels
-        fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, "conv2d", value.shape)
+        return self._conv_kernel(layer, "conv2d", call.args[0], value, value.shape,
+                                 tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
+                                 tuple(int(d) for d in a.dilation), _static_shape(call))
+
+    def _conv1d(self, call, layer, value):
+        """The conv2d kernel over (N, C, 1, W) with an (O, I, 1, K) weight: the same sums, exactly."""
+        a = call.attrs
+        batch, channels, width = _static_shape(call.args[0])
         out_shape = _static_shape(call)
-        func = conv2d_kernel(fmt_name, layout, tuple(_static_shape(x)), value.shape,
-                             tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
-                             tuple(int(d) for d in a.dilation), ts)
-        name = f"conv2d_{_symbol(layer)}"
+        x = self.builder_.emit(relax.op.reshape(call.args[0], (batch, channels, 1, width)))
+        left, right = (int(p) for p in a.padding)
+        y = self._conv_kernel(layer, "conv1d", x, value[:, :, None, :], value.shape, (1, int(a.strides[0])),
+                              (0, left, 0, right), (1, int(a.dilation[0])), [*out_shape[:2], 1, out_shape[2]])
+        return relax.op.reshape(self.builder_.emit(y), out_shape)
+
+    def _conv_kernel(self, layer, op, x, value, shape, strides, padding, dilation, out_shape):
+        """``call_tir`` of the conv2d decode kernel for an OIHW ``value``; ``shape`` is the weight as the model holds it."""
+        rows = np.transpose(value, (0, 2, 3, 1))  # OIHW -> O,H,W rows of input channels
+        fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, shape)
+        func = conv2d_kernel(fmt_name, layout, tuple(_static_shape(x)), value.shape, strides, padding, dilation, ts)
+        name = f"{op}_{_symbol(layer)}"
         func = func.with_attr({KERNEL_ATTR: "conv2d", "global_symbol": name, "op_pattern": OPAQUE})
         gv = self.builder_.add_func(func, name)
         return relax.call_tir(gv, [x, *consts], relax.TensorType(out_shape, "float32"))
@@ -193,7 +211,7 @@ def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu") ->
     mod = mutator.builder_.get()
     missing = sorted(set(plan) - set(mutator.records))
     if missing:
-        raise ValueError(f"layers {', '.join(missing)} are not used as a plain matmul or conv2d weight "
+        raise ValueError(f"layers {', '.join(missing)} are not used as a plain matmul, conv2d or conv1d weight "
                          "(grouped or non-NCHW convolutions, shared weights); leave them out of the plan")
     params = {name: tvm.runtime.tensor(value) for name, value in imported.params.items()}
     mod = relax.transform.BindParams("main", params)(mod)
