@@ -19,7 +19,7 @@ from types import ModuleType
 
 from torch import nn
 
-from . import cache, digits, lm, training
+from . import cache, digits, fluxnet, lm, meanflow_policy, metaworld_demos, pde, training
 from .cache import CheckpointError
 
 
@@ -53,6 +53,16 @@ MODELS: dict[str, ModelEntry] = {
     "lm": ModelEntry("lm", "Llama-style byte-level decoder (RMSNorm, RoPE, SwiGLU) on the CPython stdlib sources",
                      lm.LMConfig, lm.build, lm.train_spec, lm.evaluate, lm.example_inputs,
                      "perplexity", False, (lm,), lm.compare),
+    "meanflow_policy": ModelEntry(
+        "meanflow_policy", "One-step MeanFlow Policy (OMP) on Meta-World expert demonstrations; method= omp | meanflow | "
+        "flow_matching", meanflow_policy.MeanFlowPolicyConfig, meanflow_policy.build, meanflow_policy.train_spec,
+        meanflow_policy.evaluate, meanflow_policy.example_inputs, "success_rate", True,
+        (meanflow_policy, metaworld_demos)),
+    "fluxnet": ModelEntry(
+        "fluxnet", "FluxNet conservative transport surrogate (per-edge amounts; heads L/U/D) of NumPy PDE solvers; "
+        "pde= traffic | convection_diffusion | shallow_water | cahn_hilliard, arch= fluxnet | cnn | flux_rate",
+        fluxnet.FluxNetConfig, fluxnet.build, fluxnet.train_spec, fluxnet.evaluate, fluxnet.example_inputs,
+        "rollout_rel_l2", False, (fluxnet, pde)),
 }
 
 
