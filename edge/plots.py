@@ -94,8 +94,12 @@ def metric_vs_bits_png(models: list[dict], evaluations: list[dict]) -> bytes:
         metric = model["metric"]
         pts = [(e["bits/weight"], e[metric], e["format"]) for e in evaluations
                if e["model"] == model["model"] and math.isfinite(e[metric])]
-        _scatter_by_format(ax, pts)
+        _scatter_by_format(ax, [p for p in pts if p[2] != "fp32"])
+        for bits, value, fmt in pts:
+            if fmt == "fp32":  # the reference every format is read against
+                ax.axhline(value, color="black", ls="--", lw=0.8, label="fp32")
         ax.set_title(f"{model['model']}", fontsize=10)
+        ax.legend(fontsize=7, frameon=False)
         ax.set_xlabel("bits per weight (scales included)")
         ax.set_ylabel(f"{metric} ({'higher' if model['higher_is_better'] else 'lower'} is better)", fontsize=8)
     fig.suptitle("Accuracy against bit-width", fontsize=11)
