@@ -24,9 +24,16 @@ from collections.abc import Mapping
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from edgekit.simulators import QuantizedTensor, dequantize, get_format, quantize
-
 from .choices import COMPRESSIONS
+
+
+def _simulators():
+    """edgekit.simulators, imported on first MX use only: Flower's engines start a fresh ClientApp
+    process for every message, and the codecs' imports (Numba, ml_dtypes) cost seconds there
+    that an uncompressed run never needs."""
+    import edgekit.simulators
+
+    return edgekit.simulators
 
 STYPE = "edgekit.tensors:"
 TENSORS = "tensors"
@@ -51,26 +58,27 @@ def packed_nbytes(shape: tuple, compression: str) -> int:
     """Bytes of one tensor's payload: 4 per float32 element, or its MX codes and scales."""
     if check_compression(compression) == "none":
         return 4 * math.prod(shape)
-    _, code_bytes, scale_bytes = _mx_layout(get_format(compression), tuple(shape))
+    _, code_bytes, scale_bytes = _mx_layout(_simulators().get_format(compression), tuple(shape))
     return code_bytes + scale_bytes
 
 
 def _encode(x: np.ndarray, compression: str) -> bytes:
     if compression == "none":
         return x.tobytes()
-    q = quantize(x.reshape(x.shape or (1,)), compression, axis=-1)
+    q = _simulators().quantize(x.reshape(x.shape or (1,)), compression, axis=-1)
     return q.codes.tobytes() + q.scales.tobytes()
 
 
 def _decode(data: memoryview, shape: tuple, compression: str) -> np.ndarray:
     if compression == "none":
         return np.frombuffer(data, dtype=np.float32).reshape(shape)  # a read-only view, no copy
-    fmt = get_format(compression)
+    sim = _simulators()
+    fmt = sim.get_format(compression)
     lead, code_bytes, _ = _mx_layout(fmt, shape)
     raw = np.frombuffer(data, dtype=np.uint8)
-    q = QuantizedTensor(fmt, shape or (1,), -1, raw[:code_bytes].reshape(lead + (-1,)),
+    q = sim.QuantizedTensor(fmt, shape or (1,), -1, raw[:code_bytes].reshape(lead + (-1,)),
                         raw[code_bytes:].reshape(lead + (-1,)))
-    return dequantize(q).reshape(shape)
+    return sim.dequantize(q).reshape(shape)
 
 
 def to_record(arrays: Mapping[str, np.ndarray], compression: str = "none") -> ArrayRecord:

@@ -27,7 +27,6 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
-from .checkpoint import load_checkpoint, save_checkpoint
 from .compression import from_record, to_record
 from .records import RoundRecord, check_update, explain_missing, mean_or_none
 
@@ -191,6 +190,10 @@ def run_rounds(strategy: EdgeStrategy, grid: Grid, num_rounds: int, *, timeout: 
     """
     if num_rounds < 1:
         raise ValueError(f"num_rounds must be at least 1, got {num_rounds}")
+    # Imported here, not at the top: it brings edgekit.simulators (Numba, ml_dtypes), seconds of
+    # imports that every ClientApp process of Flower's engines would otherwise pay for nothing.
+    from .checkpoint import load_checkpoint, save_checkpoint
+
     records: list[RoundRecord] = []
     first = 1
     if checkpoint is not None and Path(checkpoint).exists():

@@ -136,6 +136,11 @@ class LocalFederation(Federation):
         self.nodes, self.simulation = nodes, simulation
         self.processes: list[tuple[str, subprocess.Popen]] = []
 
+    def env(self) -> dict:
+        # Each SuperNode's SuperExec polls for work every second by default; on loopback a short
+        # poll interval costs nothing and takes seconds off every exchange.
+        return {**super().env(), "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.1"}
+
     def _start(self, name: str, args: list[str]) -> None:
         log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 (the process keeps its own handle)
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env(),

@@ -18,7 +18,7 @@ BINARIES = ("flower-superlink", "flower-supernode", "flwr")
 def submit(tmp_path, monkeypatch, simulation: bool):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     output = tmp_path / "result.json"
-    settings = RunSettings(method="diloco", clients=2, rounds=2, inner_steps=3, bandwidth_bps=1e6, latency_s=0.05,
+    settings = RunSettings(method="diloco", clients=2, rounds=1, inner_steps=3, bandwidth_bps=1e6, latency_s=0.05,
                            device_flops=1e6, output=str(output))
     app = write_app(tmp_path / "app", "tests.federated.toy_apps:server_app", "tests.federated.toy_apps:client_app",
                     settings.run_config())
@@ -27,12 +27,13 @@ def submit(tmp_path, monkeypatch, simulation: bool):
         log = federation.flwr_run(app, timeout_s=240, on_line=lambda line: progress.append(parse_progress(line)),
                                   federation_config={"num-supernodes": 2} if simulation else None)
         assert output.exists(), log + federation.log_tail("superlink")
-    assert [r.round for r in progress if r is not None] == [1, 2]  # one progress line per round
+    # One round: Flower starts a ClientApp process per message, seconds each; more rounds test nothing new here.
+    assert [r.round for r in progress if r is not None] == [1]  # one progress line per round
     result = json.loads(output.read_text())
-    assert [r["round"] for r in result["rounds"]] == [0, 1, 2]
-    assert all(r["used"] == [0, 1] for r in result["rounds"][1:])
-    assert result["rounds"][2]["eval"]["loss"] < result["rounds"][0]["eval"]["loss"]
-    assert result["bytes"]["down"] > 0 and result["bytes"]["up"] > 0 and result["rounds"][2]["sim_time"] > 0
+    assert [r["round"] for r in result["rounds"]] == [0, 1]
+    assert result["rounds"][1]["used"] == [0, 1]
+    assert result["rounds"][1]["eval"]["loss"] < result["rounds"][0]["eval"]["loss"]
+    assert result["bytes"]["down"] > 0 and result["bytes"]["up"] > 0 and result["rounds"][1]["sim_time"] > 0
     return result
 
 
