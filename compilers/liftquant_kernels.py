@@ -1,0 +1,327 @@
+"""LiftQuant kernels: the bit-exact decode, the input rotation and the fused decode-GEMV.
+
+They read a :class:`~edgekit.simulators.liftquant.LiftQuantTensor` as stored: the packed
+codes of :mod:`edgekit.simulators.liftquant_layout` (one little-endian bitstream per
+row), float16 row scales, E4M3 group-scale codes, float16 input multipliers, the
+rotation's signs as bits and its dense factor in float32. Bits are read with integer
+operations (``(codes[n, t >> 3] >> (t & 7)) & 1``), so one kernel serves LLVM and CUDA.
+
+* :func:`decode_kernel`: ``W'`` (N, K_pad), computed by exactly the float32 operations
+  of the Numba decoder, in the same order: it must equal it bit for bit.
+* :func:`rotate_kernel`: ``x' = pad(H (x * m))``: input multipliers, the signs, the
+  dense factor ``Q_q`` and a fast Walsh-Hadamard transform of order p in log2(p)
+  butterfly stages (no p x p matrix is stored).
+* :func:`gemv_kernel`: ``y = W' x'`` without decoded weights. The lifted activation
+  ``z[j*D + i] = sum_k M[k, i] x'[j*d + k]`` lies along the row's bitstream (bit t of
+  every row multiplies z[t]), and with ``c = 2B - 1``
+  ``y[n] = row_scale[n] * sum_g group_scale[n, g] * (2 * sum_{t in g} B[n, t] z[t] - zsum[g])``,
+  where ``zsum[g]`` is shared by every row. The reduction walks a row byte by byte,
+  eight bits a byte, so the eight bits of a byte become one vector of lanes on a CPU.
+
+Scheduled for the CPU by :func:`schedule_cpu` (rows in parallel, the bits of a byte
+vectorized; the O(rows) combination after them), for CUDA by dlight's rules through ``build.gpu_schedule``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import s_tir, te, tirx
+
+from edgekit.simulators.formats import LiftQuantFormat
+from edgekit.simulators.liftquant import LiftQuantTensor
+from edgekit.simulators.liftquant_layout import row_bytes
+
+from .build import gpu_schedule
+from .tir_decode import scale_value, u32
+
+BYTE_BITS = 8
+ROWS_PER_TASK = 4
+
+
+def _bit(codes, n, t):
+    """Bit ``t`` of row ``n``'s bitstream, as uint32 0 or 1."""
+    byte = tirx.Cast("uint32", codes[n, t >> 3])
+    return (byte >> tirx.Cast("uint32", t & 7)) & u32(1)
+
+
+def _group_bits(fmt: LiftQuantFormat, chunks: int, group_size: int | None) -> int:
+    """Bits of one group of a row (the whole padded row without groups); a whole number of bytes."""
+    if group_size is None:
+        return row_bytes(chunks, fmt.lifted) * BYTE_BITS
+    bits = group_size // fmt.chunk * fmt.lifted
+    if bits % BYTE_BITS:
+        raise ValueError(f"the fused kernel reads whole bytes per group: group_size={group_size} gives "
+                         f"{bits} code bits per group at {fmt.label}; pick a group_size whose "
+                         f"{group_size // fmt.chunk} x {fmt.lifted} bits are a multiple of 8, or no group scales")
+    return bits
+
+
+def _placeholders(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | None):
+    codes = te.placeholder((rows, row_bytes(chunks, fmt.lifted)), "uint8", name="codes")
+    matrix = te.placeholder((fmt.chunk, fmt.lifted), "float32", name="matrix")
+    row_scale = te.placeholder((rows,), fmt.row_scale, name="row_scale")
+    groups = None
+    if group_size is not None:
+        groups = te.placeholder((rows, -(-chunks * fmt.chunk // group_size)), "uint8", name="group_scale")
+    return codes, matrix, row_scale, groups
+
+
+def decode_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | None = None):
+    """``W'`` (rows, chunks * d) float32 from packed codes: the Numba decoder's arithmetic, in its order.
+
+    ``acc = +0.0; acc = acc + (M[k, i] if B[n, j, i] else -M[k, i])`` for i = 0 .. D-1, then
+    ``acc * (row_scale * group_scale)`` with the scale product in float32.
+    """
+    d, D = fmt.chunk, fmt.lifted
+    codes, matrix, row_scale, groups = _placeholders(fmt, rows, chunks, group_size)
+    i = te.reduce_axis((0, D), name="i")
+    acc = te.compute((rows, chunks * d), lambda n, col: te.sum(tirx.Select(
+        _bit(codes, n, (col // d) * D + i) == u32(1), matrix[col % d, i], -matrix[col % d, i]), axis=i), name="acc")
+
+    def scaled(n, col):
+        scale = tirx.Cast("float32", row_scale[n])
+        if groups is not None:
+            scale = scale * scale_value(fmt.group_scale, groups[n, col // group_size])
+        return acc[n, col] * scale
+
+    out = te.compute((rows, chunks * d), scaled, name="decode")
+    return te.create_prim_func([codes, matrix, row_scale, *([groups] if groups is not None else []), out])
+
+
+def rotate_kernel(width: int, padded: int, power: int, input_scales: bool):
+    """``x' = pad(H (x * m))`` for one activation row of ``width``; see the module docstring.
+
+    Inputs: x (width,) float32, [m (width,) float16], sign bits (ceil(width / 8),) uint8
+    (bit k set: sign -1), the factor (q, q) float32 (q = width / power; 1 x 1 when absent).
+    """
+    q = width // power
+    x = te.placeholder((width,), "float32", name="x")
+    m = te.placeholder((width,), "float16", name="input_scale") if input_scales else None
+    sign_bits = te.placeholder((-(-width // BYTE_BITS),), "uint8", name="sign_bits")
+    factor = te.placeholder((q, q), "float32", name="factor")
+
+    def signed(r, c):
+        k = r * power + c
+        v = x[k] * tirx.Cast("float32", m[k]) if m is not None else x[k]
+        negative = (tirx.Cast("uint32", sign_bits[k >> 3]) >> tirx.Cast("uint32", k & 7)) & u32(1)
+        return tirx.Select(negative == u32(1), -v, v)
+
+    grid = te.compute((q, power), signed, name="signed")
+    if q > 1:
+        b = te.reduce_axis((0, q), name="b")
+        grid = te.compute((q, power), lambda r, c: te.sum(factor[r, b] * grid[b, c], axis=b), name="factor_mul")
+    h = 1
+    while h < power:
+        grid = _butterfly(grid, q, power, h)
+        h *= 2
+    norm = np.float32(1.0 / math.sqrt(power))
+    out = te.compute((padded,), lambda k: tirx.Select(
+        k < width, grid[tirx.min(k, width - 1) // power, tirx.min(k, width - 1) % power] * norm,
+        tirx.const(0.0, "float32")), name="rotated")
+    return te.create_prim_func([x, *([m] if m is not None else []), sign_bits, factor, out])
+
+
+def _butterfly(grid, q: int, power: int, h: int):
+    """One Walsh-Hadamard stage: (a, b) -> (a + b, a - b) for the pairs at distance h (partner ``c ^ h``)."""
+    def stage(r, c):
+        partner = grid[r, c ^ h]
+        return tirx.Select((c & h) == 0, grid[r, c] + partner, partner - grid[r, c])
+
+    return te.compute((q, power), stage, name=f"wht{h}")
+
+
+def _lift(matrix, xr, fmt: LiftQuantFormat, chunks: int, length: int):
+    """``z[t] = sum_k M[k, t % D] x'[(t // D) * d + k]`` for t < chunks * D, zero up to ``length``."""
+    d, D = fmt.chunk, fmt.lifted
+    k = te.reduce_axis((0, d), name="k")
+    last = chunks * d - 1  # a clamped index, so the unselected side of the Select reads in bounds
+
+    def lift(t):
+        inside = matrix[k, t % D] * xr[tirx.min((t // D) * d + k, last)]
+        return te.sum(tirx.Select(t < chunks * D, inside, tirx.const(0.0, "float32")), axis=k)
+
+    return te.compute((length,), lift, name="lift")
+
+
+def _zsum(z, n_groups: int, group_bits: int):
+    """``zsum[g]``: the lifted values of group g summed, shared by every row."""
+    r = te.reduce_axis((0, group_bits), name="r")
+    return te.compute((n_groups,), lambda g: te.sum(z[g * group_bits + r], axis=r), name="zsum")
+
+
+def _combine(ones, zsum, row_scale, groups, fmt: LiftQuantFormat, rows: int, n_groups: int):
+    """``y[n] = row_scale[n] * sum_g group_scale[n, g] * (2 * ones[n, g] - zsum[g])``."""
+    g = te.reduce_axis((0, n_groups), name="g")
+
+    def combine(n):
+        term = np.float32(2.0) * ones[n, g] - zsum[g]
+        if groups is not None:
+            term = term * scale_value(fmt.group_scale, groups[n, g])
+        return te.sum(term, axis=g)
+
+    acc = te.compute((rows,), combine, name="combine")
+    return te.compute((rows,), lambda n: acc[n] * tirx.Cast("float32", row_scale[n]), name="gemv")
+
+
+PACKED = "packed"  # the simulators' (N, row_bytes): a row's bitstream contiguous
+BYTES_MAJOR = "bytes_major"  # (row_bytes, N): byte b of every row contiguous, for row-vector kernels
+LAYOUTS = (PACKED, BYTES_MAJOR)
+
+
+def gemv_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | None = None,
+                layout: str = PACKED):
+    """``y`` (rows,) = ``W' x'`` from packed codes and the rotated, padded activation ``x'`` (chunks * d,).
+
+    ``ones[n, g] = sum_{t in g} B[n, t] z[t]`` is a reduction over (byte, bit in byte) in
+    which a set bit selects ``z[t]``. ``layout``: ``packed`` (the simulators' bytes) or
+    ``bytes_major`` (the same bytes transposed, :func:`transpose_codes`), where a
+    vector of rows reads one byte each from one contiguous load.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    _, matrix, row_scale, groups = _placeholders(fmt, rows, chunks, group_size)
+    total_bytes = row_bytes(chunks, fmt.lifted)
+    if layout == PACKED:
+        codes = te.placeholder((rows, total_bytes), "uint8", name="codes")
+    else:
+        codes = te.placeholder((total_bytes, rows), "uint8", name="codes_t")
+    xr = te.placeholder((chunks * fmt.chunk,), "float32", name="x_rotated")
+    group_bits = _group_bits(fmt, chunks, group_size)
+    group_bytes = group_bits // BYTE_BITS
+    n_groups = -(-total_bytes // group_bytes) if group_size is None else groups.shape[1]
+    z = _lift(matrix, xr, fmt, chunks, n_groups * group_bits)
+    zsum = _zsum(z, n_groups, group_bits)
+    b = te.reduce_axis((0, group_bytes), name="b")
+    u = te.reduce_axis((0, BYTE_BITS), name="u")
+
+    def dot(n, g):
+        # a last group may run past the row's bytes: the clamped byte is read, but z is zero there
+        byte = g * group_bytes + b
+        clamped = tirx.min(byte, total_bytes - 1)
+        code = codes[n, clamped] if layout == PACKED else codes[clamped, n]
+        bit = (tirx.Cast("uint32", code) >> tirx.Cast("uint32", u)) & u32(1)
+        return te.sum(tirx.Select(bit != u32(0), z[byte * BYTE_BITS + u], tirx.const(0.0, "float32")), axis=[b, u])
+
+    ones = te.compute((rows, n_groups), dot, name="ones")
+    y = _combine(ones, zsum, row_scale, groups, fmt, rows, n_groups)
+    inputs = [xr, codes, matrix, row_scale, *([groups] if groups is not None else [])]
+    return te.create_prim_func([*inputs, y])
+
+
+def transpose_codes(codes: np.ndarray) -> np.ndarray:
+    """The ``bytes_major`` layout: byte b of every row contiguous, (row_bytes, N).
+
+    The same bytes as the simulators' (N, row_bytes) layout, transposed: its own inverse.
+    """
+    return np.ascontiguousarray(np.asarray(codes, np.uint8).T)
+
+
+ROW_LANES = 16  # rows per vector in the bytes_major schedule (AVX-512: 16 float32 lanes)
+ROW_VECTORS = 8  # vectors of rows that share each byte's lifted values
+
+
+def schedule_cpu(func, layout: str = PACKED, parallel: bool = True):
+    """CPU schedule of :func:`gemv_kernel`.
+
+    ``packed``: row groups in parallel, the 8 bits of a byte as vector lanes (the byte
+    reduction factored over its bit lanes with ``rfactor``). ``bytes_major``: a vector of
+    16 rows reads one byte each from one load; each bit is a masked add of the same
+    lifted value into 16 row sums, several vectors of rows per byte so the adds overlap.
+    The O(rows) combination runs after them.
+    """
+    sch = s_tir.Schedule(func)
+    ones = sch.get_sblock("ones")
+    if layout == BYTES_MAJOR:
+        n, g, b, u = sch.get_loops(ones)
+        tile, vec, lanes = sch.split(n, [None, ROW_VECTORS, ROW_LANES])
+        sch.reorder(tile, g, b, u, vec, lanes)
+        sch.vectorize(lanes)  # vectorize and parallel before decompose_reduction: their checks want the init
+        sch.unroll(vec)
+        if parallel:
+            sch.parallel(tile)
+        sch.decompose_reduction(ones, b)
+        return sch.mod["main"]
+    _, _, _, u = sch.get_loops(ones)
+    partial = sch.rfactor(u, 2)
+    loops = {sch.get(loop).loop_var.name: loop for loop in sch.get_loops(partial)}
+    rows_outer, rows_inner = sch.split(loops["n"], [None, ROWS_PER_TASK])
+    sch.reorder(rows_outer, rows_inner, loops["g"], loops["b"], loops["u"])
+    sch.vectorize(loops["u"])
+    sch.reverse_compute_at(ones, rows_inner)
+    if parallel:
+        sch.parallel(rows_outer)
+    return sch.mod["main"]
+
+
+@dataclass(frozen=True)
+class LayerKernels:
+    """One LiftQuant layer as two kernels and their constant inputs: rotate(x, *rotate_args), gemv(x', *gemv_args)."""
+
+    rotate: object  # tirx.PrimFunc
+    rotate_args: list  # NumPy arrays after x: [input multipliers], sign bits, factor
+    gemv: object  # tirx.PrimFunc
+    gemv_args: list  # NumPy arrays after x': codes in ``layout``, matrix, row scales, [group scale codes]
+    layout: str
+    rows: int
+    width: int
+    padded: int
+
+
+def layer_kernels(q: LiftQuantTensor, layout: str = PACKED) -> LayerKernels:
+    """The unscheduled kernels of ``y = W_hat x`` for a stored tensor, and their inputs as stored."""
+    if q.rotation is None:
+        raise ValueError("the LiftQuant kernels take rotated tensors (quantize(..., rotate=True))")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    rows, width = q.shape
+    rot = q.rotation
+    padded = q.chunks * q.format.chunk
+    sign_bits = np.packbits(rot.signs < 0, bitorder="little")
+    factor = rot.factor.astype(np.float32) if rot.factor_size > 1 else np.ones((1, 1), np.float32)
+    rotate_args = ([q.input_scales.astype(np.float16)] if q.input_scales is not None else []) + [sign_bits, factor]
+    codes = q.codes if layout == PACKED else transpose_codes(q.codes)
+    gemv_args = [codes, q.codebook.matrix, q.row_scales.astype(q.format.row_scale)]
+    if q.group_scales is not None:
+        gemv_args.append(q.group_scales)
+    return LayerKernels(rotate_kernel(width, padded, rot.power, q.input_scales is not None), rotate_args,
+                        gemv_kernel(q.format, rows, q.chunks, q.group_size, layout), gemv_args, layout, rows,
+                        width, padded)
+
+
+def layer_module(q: LiftQuantTensor, device: str = "cpu", target=None):
+    """A Relax module whose ``main(x (1, K)) -> (1, N)`` computes ``x @ W_hat.T`` from the stored tensor.
+
+    On ``cpu`` the GEMV reads the ``bytes_major`` layout and carries its CPU schedule; on
+    ``cuda`` it reads the simulators' bytes and is left to dlight (``build.gpu_schedule``).
+    """
+    from tvm import relax
+
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    layout = BYTES_MAJOR if device == "cpu" else PACKED
+    k = layer_kernels(q, layout)
+    if device == "cpu":
+        rotate, gemv = k.rotate, schedule_cpu(k.gemv, layout)
+    else:
+        target = tvm.target.Target(target) if target is not None else tvm.target.Target({"kind": "cuda"})
+        rotate, gemv = gpu_schedule(k.rotate, target), gpu_schedule(k.gemv, target)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, k.width), "float32"))
+    with bb.function("main", [x]):
+        rotate_gv = bb.add_func(rotate.with_attr({"global_symbol": "liftquant_rotate",
+                                                  "tirx.is_scheduled": device == "cuda"}), "liftquant_rotate")
+        gemv_gv = bb.add_func(gemv.with_attr({"global_symbol": "liftquant_gemv", "tirx.is_scheduled": True}),
+                              "liftquant_gemv")
+        with bb.dataflow():
+            flat = bb.emit(relax.op.reshape(x, (k.width,)))
+            xr = bb.emit(relax.call_tir(rotate_gv, [flat, *map(relax.const, k.rotate_args)],
+                                        relax.TensorType((k.padded,), "float32")))
+            y = bb.emit(relax.call_tir(gemv_gv, [xr, *map(relax.const, k.gemv_args)],
+                                       relax.TensorType((k.rows,), "float32")))
+            out = bb.emit_output(relax.op.reshape(y, (1, k.rows)))
+        bb.emit_func_output(out)
+    return bb.get()

@@ -1,0 +1,130 @@
+"""LiftQuant kernels compiled for LLVM: the decode equals the Numba decoder bit for bit, the fused
+GEMV equals PyTorch's product with the decoded weight to float32 tolerance; CUDA builds with nvcc."""
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+
+from edgekit.compilers.build import cuda_source, gpu_schedule, nvcc_cubin
+from edgekit.compilers.liftquant_kernels import (
+    BYTES_MAJOR,
+    LAYOUTS,
+    PACKED,
+    decode_kernel,
+    gemv_kernel,
+    layer_kernels,
+    layer_module,
+    rotate_kernel,
+    schedule_cpu,
+    transpose_codes,
+)
+from edgekit.simulators.liftquant import quantize
+from edgekit.targets import tvm_target
+
+# (configuration, shape, group size, input multipliers): padding (K not a multiple of d), a
+# Kronecker factor (K not a power of two), group scales, a last group past the row's bytes
+CASES = [
+    ("24to10", (40, 100), None, True),
+    ("16to8", (33, 96), 16, False),
+    ("10to8", (20, 64), 32, True),
+    ("24to10", (9, 130), 20, True),
+    ("6to4", (17, 50), None, False),
+]
+SM90 = {"kind": "cuda", "arch": "sm_90"}
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+
+def tensor(name, shape, group, multipliers, seed=0):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal(shape) * 0.05).astype(np.float32)
+    w[:, 3] *= 20  # an outlier column for the rotation to spread
+    m = rng.uniform(0.5, 2.0, shape[1]) if multipliers else None
+    return quantize(w, name, group_size=group, input_scales=m)
+
+
+def run(func, *arrays, out_shape):
+    out = tvm.runtime.tensor(np.zeros(out_shape, np.float32))
+    tvm.compile(func, target="llvm")(*map(tvm.runtime.tensor, arrays), out)
+    return out.numpy()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1][1]}-g{c[2]}" for c in CASES])
+def test_decode_is_bit_exact(case):
+    q = tensor(*case)
+    k = layer_kernels(q)
+    func = decode_kernel(q.format, q.shape[0], q.chunks, q.group_size)
+    out = run(func, *k.gemv_args, out_shape=(q.shape[0], k.padded))
+    np.testing.assert_array_equal(out.view(np.uint32), q.rotated_weights().view(np.uint32))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1][1]}-g{c[2]}" for c in CASES])
+def test_rotation_and_fused_gemv(case):
+    q = tensor(*case)
+    x = np.random.default_rng(1).standard_normal(q.shape[1]).astype(np.float32)
+    k = layer_kernels(q)
+    xr = run(k.rotate, x, *k.rotate_args, out_shape=(k.padded,))
+    scaled = x * (q.input_scales.astype(np.float64) if q.input_scales is not None else 1.0)
+    expected = np.zeros(k.padded)
+    expected[: q.shape[1]] = q.rotation.apply(scaled)
+    np.testing.assert_allclose(xr, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+    ref = q.rotated_weights().astype(np.float64) @ xr.astype(np.float64)
+    for layout in LAYOUTS:
+        codes = k.gemv_args[0] if layout == PACKED else transpose_codes(k.gemv_args[0])
+        func = gemv_kernel(q.format, q.shape[0], q.chunks, q.group_size, layout)
+        for scheduled in (func, schedule_cpu(func, layout)):
+            y = run(scheduled, xr, codes, *k.gemv_args[1:], out_shape=(q.shape[0],))
+            np.testing.assert_allclose(y, ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("case", CASES[:2], ids=["24to10", "16to8-groups"])
+def test_whole_layer_matches_pytorch(case):
+    q = tensor(*case)
+    x = np.random.default_rng(2).standard_normal((1, q.shape[1])).astype(np.float32)
+    vm = relax.VirtualMachine(tvm.compile(layer_module(q, "cpu"), target=tvm_target("host")), tvm.cpu())
+    y = vm["main"](tvm.runtime.tensor(x)).numpy()
+    expected = torch.nn.functional.linear(torch.from_numpy(x), torch.from_numpy(q.dequantize())).numpy()
+    np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
+def test_bytes_major_is_a_transpose_and_its_own_inverse():
+    codes = np.random.default_rng(3).integers(0, 256, (5, 12), dtype=np.uint8)
+    t = transpose_codes(codes)
+    assert t.shape == (12, 5) and t.flags.c_contiguous
+    np.testing.assert_array_equal(transpose_codes(t), codes)
+
+
+@needs_nvcc
+def test_cuda_kernels_build_with_nvcc(tmp_path):
+    """Decode-only kernel and the whole layer, scheduled by dlight for sm_90, in one CUDA file."""
+    q = tensor(*CASES[1])
+    target = tvm.target.Target(SM90)
+    decode = gpu_schedule(decode_kernel(q.format, q.shape[0], q.chunks, q.group_size), target)
+    sources = [cuda_source(tvm.compile(layer_module(q, "cuda", SM90), target=target)),
+               cuda_source(tvm.compile(tvm.IRModule({"main": decode.with_attr("tirx.is_scheduled", True)}),
+                                       target=target))]
+    assert all("__global__" in s for s in sources)
+    assert "liftquant_gemv" in sources[0] and "liftquant_rotate" in sources[0]
+    for i, source in enumerate(sources):
+        cu = tmp_path / f"liftquant{i}.cu"
+        cu.write_text(source)
+        result = nvcc_cubin(cu, "sm_90", tmp_path / f"liftquant{i}.cubin")
+        assert result["built"], result
+
+
+def test_bad_input():
+    q = tensor("24to10", (8, 40), None, False)
+    with pytest.raises(ValueError, match="layout must be one of packed, bytes_major"):
+        layer_kernels(q, "rows")
+    with pytest.raises(ValueError, match="layout must be one of"):
+        gemv_kernel(q.format, 8, q.chunks, None, "rows")
+    with pytest.raises(ValueError, match="rotated tensors"):
+        layer_kernels(quantize(np.ones((4, 40), np.float32), "24to10", rotate=False))
+    with pytest.raises(ValueError, match="whole bytes per group: group_size=8 gives 10 code bits"):
+        gemv_kernel(tensor("10to8", (4, 64), 8, False).format, 4, 8, 8)
+    with pytest.raises(ValueError, match="device must be cpu or cuda"):
+        layer_module(q, "tpu")
+    assert rotate_kernel(40, 40, 8, False) is not None and BYTES_MAJOR in LAYOUTS
