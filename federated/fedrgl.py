@@ -1,0 +1,366 @@
+"""FedRGL: robust federated graph learning under label noise, and its baselines, on Flower.
+
+Clients hold the subgraphs of a Louvain partition (:mod:`.graphs`) with noisy train labels
+and train a two-layer GCN. Methods (one strategy, :class:`GraphFL`, one ClientApp handler):
+
+* ``fedavg``: local epochs on every train label, average weighted by train-node counts.
+* ``fedprox``: the same with the proximal term ``mu / 2 ||w - w_global||^2``.
+* ``fedavg+filter``: FedAvg trained only on the nodes the filter keeps (the filter as a plug-in).
+* ``fedrgl``: after ``warmup`` rounds of FedAvg, each round
+
+  1. class-aware dual-consistency filtering: with the received global model, a train node is
+     clean only if (a) its cross-entropy under the global model is at most its (noisy)
+     class's threshold ``mean + threshold_std * std`` of that class's losses, and (b) the
+     cross-entropy of its label under the global predictions propagated over the local
+     subgraph (``F <- alpha A F + (1 - alpha) P``) passes the same rule;
+  2. training on the clean nodes, plus pseudo-labels for the filtered-out nodes: the mean
+     prediction of two augmented views (feature masking, edge dropping) where both views
+     agree and the confidence is at least ``confidence``, plus a contrastive (InfoNCE) loss
+     between the two views' node embeddings;
+  3. server aggregation weighted by the inverse of each client's mean predictive entropy on
+     its unlabelled nodes (a confident client counts more).
+
+The true labels a client holds serve its test accuracy and the filter's diagnostics
+(precision, recall) in the round's metrics; nothing trains on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from torch import nn
+from torch.nn import functional as F
+
+from .compression import from_record, to_record
+from .engine import EdgeStrategy, RunResult, run_rounds
+from .graphs import ClientGraph
+from .inproc_grid import InProcessGrid
+from .links import LinkSpec, Network
+from .network_grid import NetworkGrid
+from .records import RoundRecord
+from .wire import TIMING, timing_record
+from .workload import load_parameters, parameters_of
+
+GRAPH_METHODS = ("fedavg", "fedprox", "fedavg+filter", "fedrgl")
+TRAIN_ACTION = "graph"
+
+
+@dataclass(frozen=True)
+class GraphSettings:
+    """Hyperparameters of every graph method (one object, sent to clients as a ConfigRecord)."""
+
+    method: str = "fedrgl"
+    hidden: int = 64
+    dropout: float = 0.5
+    lr: float = 0.05
+    weight_decay: float = 5e-4
+    local_epochs: int = 5
+    warmup: int = 10
+    mu: float = 0.01  # fedprox
+    threshold_std: float = 0.0  # the filter's threshold: class mean + this many class standard deviations
+    alpha: float = 0.5  # label propagation: weight of the neighbours
+    propagation_steps: int = 10
+    confidence: float = 0.9  # pseudo-labels: least mean confidence of the two views
+    feature_mask: float = 0.3
+    edge_drop: float = 0.3
+    pseudo_weight: float = 1.0
+    contrastive_weight: float = 0.2
+    temperature: float = 0.5
+    contrastive_nodes: int = 256
+    entropy_weighting: bool = True  # fedrgl: aggregate by inverse entropy (False: by train-node count; an ablation)
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.method not in GRAPH_METHODS:
+            raise ValueError(f"unknown graph method {self.method!r}; allowed: {', '.join(GRAPH_METHODS)}")
+        for name in ("hidden", "local_epochs", "propagation_steps", "contrastive_nodes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("dropout", "alpha", "confidence", "feature_mask", "edge_drop"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+
+    @property
+    def filters(self) -> bool:
+        return self.method in ("fedavg+filter", "fedrgl")
+
+
+# -- the model ----------------------------------------------------------------------------------
+
+def normalized_adjacency(edges: np.ndarray, n: int) -> torch.Tensor:
+    """``D^-1/2 (A + I) D^-1/2`` of an undirected edge list, as a sparse tensor."""
+    loops = np.arange(n)
+    src = np.concatenate([edges[0], edges[1], loops])
+    dst = np.concatenate([edges[1], edges[0], loops])
+    degree = np.bincount(src, minlength=n).astype(np.float32)
+    values = 1.0 / np.sqrt(degree[src] * degree[dst])
+    return torch.sparse_coo_tensor(torch.from_numpy(np.stack([src, dst])), torch.from_numpy(values.astype(np.float32)),
+                                   (n, n), check_invariants=False).coalesce()  # built valid here
+
+
+class GCN(nn.Module):
+    """Two graph convolutions: ``A relu(A X W1) W2``, dropout on the hidden layer; :meth:`embed` is the hidden layer."""
+
+    def __init__(self, features: int, hidden: int, classes: int, dropout: float):
+        super().__init__()
+        self.conv1, self.conv2, self.dropout = nn.Linear(features, hidden), nn.Linear(hidden, classes), dropout
+
+    def embed(self, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+        # No dropout on the input features (Kipf and Welling drop them too): on thousands of
+        # bag-of-words columns it cost more than the rest of a local epoch together.
+        return F.relu(torch.sparse.mm(adj, self.conv1(x)))
+
+    def head(self, h: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+        return torch.sparse.mm(adj, self.conv2(F.dropout(h, self.dropout, self.training)))
+
+    def forward(self, x: torch.Tensor, adj: torch.Tensor) -> torch.Tensor:
+        return self.head(self.embed(x, adj), adj)
+
+
+def build_gcn(features: int, classes: int, settings: GraphSettings) -> GCN:
+    torch.manual_seed(settings.seed)
+    return GCN(features, settings.hidden, classes, settings.dropout)
+
+
+def gcn_like(params: dict[str, np.ndarray], settings: GraphSettings) -> GCN:
+    """A GCN shaped like ``params`` (its sizes read off the weights), holding them."""
+    hidden, features = params["conv1.weight"].shape
+    return load_parameters(GCN(features, hidden, params["conv2.weight"].shape[0], settings.dropout), params)
+
+
+def gcn_flops(n: int, nnz: int, features: int, hidden: int, classes: int) -> float:
+    """FLOPs of one full-batch training epoch (forward and backward, about 3x forward)."""
+    return 3.0 * 2.0 * (n * features * hidden + nnz * hidden + n * hidden * classes + nnz * classes)
+
+
+# -- the filter ----------------------------------------------------------------------------------
+
+def class_threshold_pass(losses: np.ndarray, labels: np.ndarray, multiple: float) -> np.ndarray:
+    """Which losses are at most their class's ``mean + multiple * std`` (over that class's nodes)."""
+    keep = np.zeros(len(losses), dtype=bool)
+    for c in np.unique(labels):
+        members = labels == c
+        keep[members] = losses[members] <= losses[members].mean() + multiple * losses[members].std()
+    return keep
+
+
+def propagate(probs: torch.Tensor, adj: torch.Tensor, alpha: float, steps: int) -> torch.Tensor:
+    """Label propagation of ``probs`` over the graph: ``F <- alpha A F + (1 - alpha) probs``."""
+    out = probs
+    for _ in range(steps):
+        out = alpha * torch.sparse.mm(adj, out) + (1 - alpha) * probs
+    return out / out.sum(dim=1, keepdim=True).clamp_min(1e-12)
+
+
+def dual_consistency_filter(model: nn.Module, x: torch.Tensor, adj: torch.Tensor, train: np.ndarray,
+                            labels: np.ndarray, settings: GraphSettings) -> np.ndarray:
+    """The clean mask over ``train`` (with its noisy ``labels``) under ``model`` (the global model):
+    both the model's loss and the propagated-label loss pass their class's threshold. A plug-in:
+    any method can train on the nodes it keeps."""
+    model.eval()
+    with torch.no_grad():
+        probs = F.softmax(model(x, adj), dim=1)
+        propagated = propagate(probs, adj, settings.alpha, settings.propagation_steps)
+    index, target = torch.from_numpy(train), torch.from_numpy(labels)
+    model_loss = -torch.log(probs[index, target].clamp_min(1e-12)).numpy()
+    propagated_loss = -torch.log(propagated[index, target].clamp_min(1e-12)).numpy()
+    return (class_threshold_pass(model_loss, labels, settings.threshold_std)
+            & class_threshold_pass(propagated_loss, labels, settings.threshold_std))
+
+
+# -- a client's round ----------------------------------------------------------------------------
+
+def _edge_dropped(edges: np.ndarray, n: int, p: float, generator: torch.Generator) -> torch.Tensor:
+    keep = torch.rand(edges.shape[1], generator=generator).numpy() >= p
+    return normalized_adjacency(edges[:, keep], n)
+
+
+def info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Symmetric InfoNCE between two views' embeddings: node i's views are positives, other nodes negatives."""
+    a, b = F.normalize(a, dim=1), F.normalize(b, dim=1)
+    logits = a @ b.T / temperature
+    target = torch.arange(len(a))
+    return 0.5 * (F.cross_entropy(logits, target) + F.cross_entropy(logits.T, target))
+
+
+@dataclass
+class LocalResult:
+    params: dict
+    metrics: dict
+
+
+def local_round(data: ClientGraph, global_params: dict[str, np.ndarray], settings: GraphSettings, server_round: int,
+                partition: int) -> LocalResult:
+    """One client's round of ``settings.method`` from the global parameters."""
+    model = gcn_like(global_params, settings)
+    reference = {name: p.detach().clone() for name, p in model.named_parameters()}
+    generator = torch.Generator().manual_seed(int(np.random.SeedSequence([settings.seed, partition, server_round])
+                                                   .generate_state(1)[0]))
+    torch.default_generator.manual_seed(int(generator.initial_seed()))  # dropout draws
+    x, n = torch.from_numpy(data.features), len(data.labels)
+    adj = normalized_adjacency(data.edges, n)
+    train, labels = data.train, data.noisy
+    filtering = settings.filters and (settings.method != "fedrgl" or server_round > settings.warmup)
+    metrics: dict = {"train_nodes": len(train)}
+    clean = np.ones(len(train), dtype=bool)
+    if filtering:
+        clean = dual_consistency_filter(model, x, adj, train, labels, settings)
+        truly = labels == data.labels[train]
+        metrics.update(clean_fraction=float(clean.mean()),
+                       filter_precision=float(truly[clean].mean()) if clean.any() else 0.0,
+                       filter_recall=float(clean[truly].mean()) if truly.any() else 0.0)
+    contrast = settings.method == "fedrgl" and filtering
+    filtered = torch.from_numpy(train[~clean])
+    kept, kept_labels = torch.from_numpy(train[clean]), torch.from_numpy(labels[clean])
+    optimizer = torch.optim.Adam(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    losses, pseudo_counts = [], []
+    for _ in range(settings.local_epochs):
+        model.train()
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x, adj)[kept], kept_labels) if len(kept) else torch.zeros(())
+        if settings.method == "fedprox":
+            loss = loss + settings.mu / 2 * sum(((p - reference[name]) ** 2).sum() for name, p in model.named_parameters())
+        if contrast:
+            masked = x * (torch.rand(x.shape[1], generator=generator) >= settings.feature_mask).float()
+            dropped = _edge_dropped(data.edges, n, settings.edge_drop, generator)
+            h1, h2 = model.embed(masked, adj), model.embed(x, dropped)
+            logits1, logits2 = model.head(h1, adj), model.head(h2, dropped)
+            with torch.no_grad():
+                p1, p2 = F.softmax(logits1[filtered], 1), F.softmax(logits2[filtered], 1)
+                confidence, pseudo = ((p1 + p2) / 2).max(dim=1)
+                agree = (p1.argmax(1) == p2.argmax(1)) & (confidence >= settings.confidence)
+            pseudo_counts.append(int(agree.sum()))
+            if agree.any():
+                chosen = filtered[agree]
+                loss = loss + settings.pseudo_weight * 0.5 * (F.cross_entropy(logits1[chosen], pseudo[agree])
+                                                              + F.cross_entropy(logits2[chosen], pseudo[agree]))
+            sample = torch.randperm(n, generator=generator)[:settings.contrastive_nodes]
+            loss = loss + settings.contrastive_weight * info_nce(h1[sample], h2[sample], settings.temperature)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    with torch.no_grad():
+        probs = F.softmax(model(x, adj), dim=1)
+    unlabelled = torch.from_numpy(data.unlabelled)
+    entropy = float(-(probs[unlabelled] * torch.log(probs[unlabelled].clamp_min(1e-12))).sum(1).mean())
+    metrics.update(train_loss=float(np.mean(losses)), entropy=entropy)
+    if pseudo_counts:
+        metrics["pseudo_labels"] = float(np.mean(pseudo_counts))
+    return LocalResult(parameters_of(model), metrics)
+
+
+def test_accuracy(model: GCN, clients: Sequence[ClientGraph]) -> dict:
+    """Accuracy of ``model`` on every client's test nodes (true labels), pooled, and its loss."""
+    model.eval()
+    correct = total = 0
+    loss = 0.0
+    with torch.no_grad():
+        for data in clients:
+            logits = model(torch.from_numpy(data.features), normalized_adjacency(data.edges, len(data.labels)))
+            test = torch.from_numpy(data.test)
+            target = torch.from_numpy(data.labels[data.test])
+            correct += int((logits[test].argmax(1) == target).sum())
+            loss += float(F.cross_entropy(logits[test], target, reduction="sum"))
+            total += len(data.test)
+    return {"accuracy": correct / total, "loss": loss / total}
+
+
+# -- the strategy and the ClientApp --------------------------------------------------------------
+
+class GraphFL(EdgeStrategy):
+    """The server side of every graph method: send the global GCN, average what comes back
+    (by train-node count, or for FedRGL after its warm-up by inverse entropy)."""
+
+    update_record = "params"
+
+    def __init__(self, initial: dict[str, np.ndarray], settings: GraphSettings, flops_per_round: float):
+        self.settings, self.flops_per_round = settings, float(flops_per_round)
+        self.name = settings.method
+        self.last_metrics: dict = {}
+        super().__init__(initial, asdict(settings))
+
+    def load_initial(self, arrays: dict[str, np.ndarray]) -> None:
+        super().load_initial(arrays)
+        self.params = {k: v.copy() for k, v in self.reference.items()}
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        return self.params
+
+    def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
+        settings = ConfigRecord({**dict(config), "round": server_round})
+        return [Message(RecordDict({"params": arrays, "config": settings, TIMING: timing_record(self.flops_per_round)}),
+                        node, f"train.{TRAIN_ACTION}", group_id=str(server_round))
+                for node in sorted(grid.get_node_ids())]
+
+    def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        if not replies:  # nothing arrived: the global model stays
+            return None, MetricRecord({"updates": 0})
+        metrics = [r.content["metrics"] for r in replies]
+        if self.settings.method == "fedrgl" and self.settings.entropy_weighting and server_round > self.settings.warmup:
+            weights = np.array([1.0 / max(float(m["entropy"]), 1e-6) for m in metrics])
+        else:
+            weights = np.array([float(m["train_nodes"]) for m in metrics])
+        weights = weights / weights.sum()
+        updates = [from_record(r.content[self.update_record]) for r in replies]
+        self.params = {name: sum(np.float32(w) * u[name] for w, u in zip(weights, updates)).astype(np.float32)
+                       for name in self.params}
+        self.last_metrics = {key: float(np.mean([float(m[key]) for m in metrics if key in m]))
+                             for key in ("clean_fraction", "filter_precision", "filter_recall", "pseudo_labels", "entropy")
+                             if any(key in m for m in metrics)}
+        self.last_metrics["weights"] = [round(float(w), 4) for w in weights]
+        return None, MetricRecord({"updates": len(replies)})
+
+    def round_metrics(self) -> dict:
+        metrics, self.last_metrics = self.last_metrics, {}
+        return metrics
+
+    def state(self) -> dict:
+        return {"params": self.params}
+
+    def load_state(self, state: dict) -> None:
+        self.params = {k: np.array(v) for k, v in state["params"].items()}
+
+
+def register_client(app: ClientApp, clients_for: Callable[[Context], Sequence[ClientGraph]]) -> None:
+    """Add the graph methods' worker (message type ``train.graph``) to ``app``; ``clients_for``
+    gives every client's data, the node takes its ``partition-id``'s."""
+
+    @app.train(TRAIN_ACTION)
+    def graph_worker(message: Message, context: Context) -> Message:
+        config = dict(message.content["config"])
+        server_round = int(config.pop("round"))
+        settings = GraphSettings(**config)
+        partition = int(context.node_config["partition-id"])
+        result = local_round(clients_for(context)[partition], from_record(message.content["params"]), settings,
+                             server_round, partition)
+        return Message(RecordDict({"params": to_record(result.params), "metrics": MetricRecord(result.metrics)}),
+                       reply_to=message)
+
+
+def run_graph(settings: GraphSettings, clients: Sequence[ClientGraph], num_classes: int, rounds: int, *,
+              link: LinkSpec | None = None, device_flops: float = 1e10, checkpoint: str | None = None,
+              on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
+    """``settings.method`` for ``rounds`` rounds on the in-process engine over a simulated network
+    (default: 10 Mbit/s links with 50 ms latency), the global model's test accuracy every round."""
+    initial = parameters_of(build_gcn(clients[0].features.shape[1], num_classes, settings))
+    biggest = max(clients, key=lambda c: len(c.labels))
+    flops = settings.local_epochs * gcn_flops(len(biggest.labels), 2 * biggest.edges.shape[1] + len(biggest.labels),
+                                              biggest.features.shape[1], settings.hidden, num_classes)
+    strategy = GraphFL(initial, settings, flops)
+    app = ClientApp()
+    register_client(app, lambda _: clients)
+    grid = NetworkGrid(InProcessGrid(app, len(clients)),
+                       Network(link or LinkSpec(10e6, 0.05), device_flops, seed=settings.seed))
+
+    def evaluate(_, arrays):
+        return test_accuracy(gcn_like(arrays, settings), clients)
+
+    return run_rounds(strategy, grid, rounds, evaluate=evaluate, checkpoint=checkpoint,
+                      config={"graph": asdict(settings), "rounds": rounds}, on_round=on_round), grid

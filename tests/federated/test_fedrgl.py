@@ -1,0 +1,126 @@
+"""FedRGL and its graphs: the Planetoid loader, CSBM graphs, Louvain clients, label noise, the
+dual-consistency filter, and the methods end to end on the in-process engine."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.nn import functional as F
+
+from edgekit.federated.fedrgl import (
+    GraphSettings,
+    build_gcn,
+    class_threshold_pass,
+    dual_consistency_filter,
+    normalized_adjacency,
+    run_graph,
+)
+from edgekit.federated.graphs import (
+    client_data,
+    client_rates,
+    csbm,
+    load_planetoid,
+    louvain_clients,
+    noisy_labels,
+)
+
+PLANETOID_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "planetoid"
+
+
+@pytest.mark.skipif(not (PLANETOID_DIR / "ind.cora.x").exists(),
+                    reason=f"the Planetoid raw files are not at {PLANETOID_DIR}")
+def test_planetoid_loader():
+    cora = load_planetoid("cora", PLANETOID_DIR)
+    assert cora.features.shape == (2708, 1433) and cora.num_classes == 7 and cora.edges.shape == (2, 5278)
+    assert np.bincount(cora.labels).tolist() == [351, 217, 418, 818, 426, 298, 180]
+    assert np.allclose(cora.features.sum(1), 1.0)  # row-normalized bag of words
+    assert (cora.edges[0] < cora.edges[1]).all()  # each undirected edge once
+    citeseer = load_planetoid("citeseer", PLANETOID_DIR)
+    assert citeseer.features.shape == (3327, 3703) and citeseer.edges.shape == (2, 4552)
+    # the 15 isolated test nodes absent from tx: no features and no label, not class 0
+    assert (citeseer.labels == -1).sum() == 15 and not citeseer.features[citeseer.labels == -1].any()
+    with pytest.raises(ValueError, match="unknown Planetoid graph 'pubmed'; allowed: cora, citeseer"):
+        load_planetoid("pubmed", PLANETOID_DIR)
+
+
+def test_missing_planetoid_files_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"Planetoid files missing in {tmp_path}: ind.cora.x"):
+        load_planetoid("cora", tmp_path)
+
+
+def test_csbm_and_louvain_clients():
+    g = csbm(600, 3, 32, avg_degree=8, homophily=0.9, seed=1)
+    same = g.labels[g.edges[0]] == g.labels[g.edges[1]]
+    assert 0.85 < same.mean() < 0.95 and 6.5 < 2 * g.edges.shape[1] / 600 < 9.5
+    assert np.array_equal(csbm(600, 3, 32, homophily=0.9, seed=1).edges, g.edges)
+    parts = louvain_clients(g, 5, seed=0)
+    everything = np.concatenate(parts)
+    assert len(everything) == 600 and len(np.unique(everything)) == 600
+    # Louvain finds the 3 blocks; the largest is halved until there are 5: about 200, 100, 100, 100, 100
+    sizes = sorted(map(len, parts))
+    assert sizes[0] > 80 and sizes[3] < 130 and 170 < sizes[4] < 230
+    clients = client_data(g, 5, rate=0.4, seed=0)
+    kept = sum(c.edges.shape[1] for c in clients)
+    assert 0.5 * g.edges.shape[1] < kept < g.edges.shape[1]  # Louvain cuts few edges, but some
+    for c in clients:
+        assert c.edges.max() < len(c.labels) and not set(c.train) & set(c.test)
+    with pytest.raises(ValueError, match="homophily must be in \\[0, 1\\], got 1.5"):
+        csbm(homophily=1.5)
+
+
+def test_label_noise():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 5, 20000)
+    uniform = noisy_labels(labels, 0.3, "uniform", 5, rng)
+    pair = noisy_labels(labels, 0.3, "pair", 5, rng)
+    assert abs((uniform != labels).mean() - 0.3) < 0.015 and abs((pair != labels).mean() - 0.3) < 0.015
+    flipped = pair != labels
+    assert (pair[flipped] == (labels[flipped] + 1) % 5).all()
+    assert len(np.unique(uniform[uniform != labels] - labels[uniform != labels])) > 4  # any other class
+    assert client_rates(0.4, 5) == pytest.approx([0.2, 0.3, 0.4, 0.5, 0.6])
+    with pytest.raises(ValueError, match="unknown label noise 'flip'; allowed: uniform, pair"):
+        noisy_labels(labels, 0.3, "flip", 5, rng)
+
+
+def test_the_filter_keeps_mostly_clean_nodes():
+    losses = np.array([0.1, 0.2, 3.0, 0.1, 0.3, 5.0])
+    labels = np.array([0, 0, 0, 1, 1, 1])
+    assert class_threshold_pass(losses, labels, 0.0).tolist() == [True, True, False, True, True, False]
+    # a GCN trained on clean labels of one client, then its noisy labels filtered
+    g = csbm(800, 4, 32, homophily=0.85, signal=1.5, seed=2)
+    [data] = client_data(g, 1, noise="uniform", rate=0.4, seed=0)
+    settings = GraphSettings()
+    model = build_gcn(32, 4, settings)
+    x, adj = torch.from_numpy(data.features), normalized_adjacency(data.edges, len(data.labels))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
+    for _ in range(60):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x, adj)[data.train], torch.from_numpy(data.labels[data.train])).backward()
+        optimizer.step()
+    clean = dual_consistency_filter(model, x, adj, data.train, data.noisy, settings)
+    truly = data.noisy == data.labels[data.train]
+    assert truly.mean() < 0.65  # the noise is there
+    assert truly[clean].mean() > 0.9 and clean[truly].mean() > 0.6  # and the filter removes most of it
+
+
+def test_methods_end_to_end_on_the_engine():
+    g = csbm(500, 3, 24, homophily=0.85, signal=1.2, seed=3)
+    clients = client_data(g, 4, noise="pair", rate=0.3, seed=0)
+    results = {}
+    for method in ("fedavg", "fedprox", "fedavg+filter", "fedrgl"):
+        result, grid = run_graph(GraphSettings(method=method, warmup=3), clients, g.num_classes, 6)
+        records = result.records[1:]
+        assert all(r.used == [0, 1, 2, 3] for r in records)
+        assert records[-1].metrics["eval"]["accuracy"] > 0.6  # three classes: chance is about 1/3
+        assert grid.bytes.down and grid.bytes.up and records[-1].sim_time > 0
+        results[method] = result
+    rgl = results["fedrgl"].records
+    assert "clean_fraction" not in rgl[3].metrics and 0 < rgl[4].metrics["clean_fraction"] < 1  # filters after warm-up
+    weights = rgl[4].metrics["weights"]
+    assert sum(weights) == pytest.approx(1.0, abs=1e-3) and len(set(weights)) > 1  # inverse entropy, not counts
+    assert results["fedavg+filter"].records[1].metrics["filter_precision"] > 0
+    again, _ = run_graph(GraphSettings(method="fedrgl", warmup=3), clients, g.num_classes, 6)
+    assert all(np.array_equal(again.final[k], results["fedrgl"].final[k]) for k in again.final)  # seeded
+    with pytest.raises(ValueError, match="unknown graph method 'gat'; allowed: fedavg, fedprox, fedavg\\+filter, fedrgl"):
+        GraphSettings(method="gat")
