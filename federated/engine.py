@@ -58,6 +58,7 @@ class EdgeStrategy(Strategy, ABC):
     name = "strategy"
     update_record = "update"  # the ArrayRecord a client's reply carries
     p2p = False  # True: clients talk to each other (relayed); their time lines are their own
+    partial_updates = False  # True: an update may hold a subset of the tensors (selective uplink)
 
     def __init__(self, initial: dict[str, np.ndarray], train_config: dict | None = None):
         self.train_config = dict(train_config or {})
@@ -110,7 +111,8 @@ class EdgeStrategy(Strategy, ABC):
             if reply is None:
                 record.miss(client, explain_missing(grid, node), handled)
                 continue
-            _, reason = check_update(reply, self.update_record, self.update_reference, server_round)
+            _, reason = check_update(reply, self.update_record, self.update_reference, server_round,
+                                     self.partial_updates)
             if reason is not None:
                 record.reject(client, reason, handled)
                 continue

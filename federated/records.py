@@ -55,10 +55,11 @@ def explain_missing(grid, node: int) -> str:
 
 
 def check_update(reply: Message, record_name: str, reference: Mapping[str, np.ndarray],
-                 server_round: int) -> tuple[dict[str, np.ndarray] | None, str | None]:
+                 server_round: int, partial: bool = False) -> tuple[dict[str, np.ndarray] | None, str | None]:
     """(the update's arrays, None) when ``reply`` carries a well-formed update for this round,
     else (None, why not): an error reply, a reply to another round, a missing record, bytes that
-    do not decode, missing or extra tensors, a wrong shape, or non-finite values."""
+    do not decode, missing (unless ``partial``: a subset of the tensors is an update) or extra
+    tensors, a wrong shape, or non-finite values."""
     if reply.has_error():
         return None, f"client error (code {reply.error.code}): {reply.error.reason}"
     if reply.metadata.group_id != str(server_round):
@@ -70,10 +71,11 @@ def check_update(reply: Message, record_name: str, reference: Mapping[str, np.nd
         arrays = from_record(records[record_name])
     except (ValueError, TypeError) as err:
         return None, f"undecodable update ({err})"
-    if set(arrays) != set(reference):
-        missing, extra = sorted(set(reference) - set(arrays)), sorted(set(arrays) - set(reference))
+    missing, extra = sorted(set(reference) - set(arrays)), sorted(set(arrays) - set(reference))
+    if extra or (missing and not partial):
         return None, f"tensor names differ from the model's: missing {missing[:5]}, unexpected {extra[:5]}"
-    for name, expected in reference.items():
+    for name in arrays:
+        expected = reference[name]
         if arrays[name].shape != expected.shape:
             return None, f"{name}: shape {tuple(arrays[name].shape)}, expected {tuple(expected.shape)}"
         bad = int(arrays[name].size - np.isfinite(arrays[name]).sum())

@@ -1,0 +1,343 @@
+"""RieSelect: federated continual learning with a selective uplink, and its baselines, on Flower.
+
+Clients learn a sequence of tasks (``rounds_per_task`` rounds each). Every round a client
+trains from the global model on its share of the current task and uploads, for a subset
+of its layers (here: parameter tensors), its update ``local - global``. Selections:
+
+* ``full``: every layer (no budget);
+* ``random``: layers in a seeded random order while they fit the byte budget;
+* ``topk``: layers by decreasing update norm while they fit;
+* ``rieselect``: the 0/1 knapsack over layers that maximises ``utility - risk_weight * risk``
+  under the budget, where utility is the first-order decrease of the current task's loss
+  that the layer's update brings (``-g . delta`` with the task gradient ``g`` at the global
+  model) and risk the layer's conflict score with earlier tasks in the diagonal Fisher
+  metric: the increase of ``sum_t 1/2 sum F_t (theta - theta*_t)^2`` that its update causes,
+  ``F_t`` the Fisher diagonal of task ``t`` at the solution ``theta*_t`` the federation had
+  when that task ended.
+
+The server averages each layer's updates over the clients that sent it (a layer nobody
+sent stays). For ``rieselect`` it then caps the step: the update ``d`` is applied as
+``theta + eta d`` with the largest ``eta <= 1`` (closed form: a quadratic in ``eta``) that
+keeps ``sum_t 1/2 sum F_t (theta + eta d - theta*_t)^2`` inside the safe basin ``basin``
+(or, if the model is already outside it, does not push it further out). Each client
+computes its Fisher diagonal of a finished task in the first round of the next one, at the
+global model it receives, keeps it for its own risk scores and uploads it once for the
+server's basin (counted in the bytes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+from torch import nn
+
+from .compression import from_record, packed_nbytes, to_record
+from .engine import EdgeStrategy, RunResult, run_rounds
+from .inproc_grid import InProcessGrid
+from .links import LinkSpec, Network
+from .network_grid import NetworkGrid
+from .records import RoundRecord
+from .wire import TIMING, timing_record
+from .workload import model_holding, parameters_of
+
+SELECTIONS = ("full", "random", "topk", "rieselect")
+TRAIN_ACTION = "rieselect"
+FISHER, ANCHORS = "rieselect_fisher", "rieselect_anchor"
+
+
+@dataclass(frozen=True)
+class ContinualWorkload:
+    """A model and a sequence of tasks, as RieSelect needs them.
+
+    batch_loss: ``(model, task, partition, step) -> loss`` of one batch of that client's share of the task.
+    evaluate: ``(model, task) -> loss`` on the task's held-out data.
+    """
+
+    build_model: Callable[[], nn.Module]
+    batch_loss: Callable[[nn.Module, int, int, int], torch.Tensor]
+    evaluate: Callable[[nn.Module, int], float]
+    num_tasks: int
+    lr: float = 3e-3
+    flops_per_step: float = 1e6
+
+
+@dataclass(frozen=True)
+class ContinualSettings:
+    selection: str = "rieselect"
+    clients: int = 4
+    rounds_per_task: int = 4
+    local_steps: int = 10
+    budget_fraction: float = 0.25  # per client and round, of the full update's bytes
+    risk_weight: float = 1.0
+    basin: float = 0.05  # nats: the second-order loss increase on earlier tasks the server step may reach
+    fisher_batches: int = 4
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"unknown selection {self.selection!r}; allowed: {', '.join(SELECTIONS)}")
+        if not 0.0 < self.budget_fraction <= 1.0:
+            raise ValueError(f"budget_fraction must be in (0, 1], got {self.budget_fraction}")
+        for name in ("clients", "rounds_per_task", "local_steps", "fisher_batches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+
+
+def task_of(server_round: int, rounds_per_task: int) -> int:
+    return (server_round - 1) // rounds_per_task
+
+
+# -- selection -----------------------------------------------------------------------------------
+
+def knapsack(values: Sequence[float], sizes: Sequence[int], budget: int, unit: int = 256) -> list[int]:
+    """Indices of the items of largest total value with total size at most ``budget`` (0/1
+    knapsack by dynamic programming over sizes rounded up to ``unit`` bytes, so a chosen set
+    always fits); items of value <= 0 are never chosen."""
+    capacity = budget // unit
+    weights = [math.ceil(s / unit) for s in sizes]
+    best = np.zeros(capacity + 1)
+    take = np.zeros((len(values), capacity + 1), dtype=bool)
+    for i, (value, weight) in enumerate(zip(values, weights)):
+        if value <= 0 or weight > capacity:
+            continue
+        candidate = np.full(capacity + 1, -np.inf)
+        candidate[weight:] = best[:capacity + 1 - weight] + value
+        take[i] = candidate > best
+        best = np.maximum(best, candidate)
+    chosen, c = [], int(np.argmax(best))
+    for i in range(len(values) - 1, -1, -1):
+        if take[i, c]:
+            chosen.append(i)
+            c -= weights[i]
+    return sorted(chosen)
+
+
+def greedy_fill(order: Sequence[int], sizes: Sequence[int], budget: int) -> list[int]:
+    """The items in ``order`` that fit, taken while the budget lasts (skipping ones too large)."""
+    chosen, used = [], 0
+    for i in order:
+        if used + sizes[i] <= budget:
+            chosen.append(i)
+            used += sizes[i]
+    return sorted(chosen)
+
+
+def penalty_increase(start: dict, delta: dict, anchors: Sequence[tuple[dict, dict]], name: str) -> float:
+    """How much layer ``name``'s update raises ``sum_t 1/2 sum F_t (theta - theta*_t)^2``."""
+    total = 0.0
+    for fisher, anchor in anchors:
+        before = start[name] - anchor[name]
+        total += 0.5 * float(np.sum(fisher[name] * ((before + delta[name]) ** 2 - before ** 2)))
+    return total
+
+
+def safe_step(params: dict, direction: dict, anchors: Sequence[tuple[dict, dict]], basin: float) -> float:
+    """The largest ``eta`` in [0, 1] with ``sum_t 1/2 sum F_t (params + eta d - theta*_t)^2 <= max(basin, now)``:
+    the root of ``a eta^2 + b eta + c = limit``."""
+    a = b = c = 0.0
+    for fisher, anchor in anchors:
+        for name, d in direction.items():
+            offset = (params[name] - anchor[name]).astype(np.float64)
+            f, d = fisher[name].astype(np.float64), d.astype(np.float64)
+            a += 0.5 * float(np.sum(f * d * d))
+            b += float(np.sum(f * d * offset))
+            c += 0.5 * float(np.sum(f * offset * offset))
+    limit = max(basin, c)
+    if a <= 0 or a + b + c <= limit:
+        return 1.0
+    root = (-b + math.sqrt(max(b * b - 4 * a * (c - limit), 0.0))) / (2 * a)
+    return float(min(max(root, 0.0), 1.0))
+
+
+def fisher_diagonal(workload: ContinualWorkload, model: nn.Module, task: int, partition: int,
+                    batches: int) -> dict[str, np.ndarray]:
+    """The empirical Fisher diagonal of ``task`` at ``model``: squared gradients of its batches, averaged."""
+    out = {name: np.zeros(p.shape, np.float32) for name, p in model.named_parameters()}
+    model.eval()
+    for b in range(batches):
+        model.zero_grad(set_to_none=True)
+        workload.batch_loss(model, task, partition, -1 - b).backward()  # negative steps: batches training never draws
+        for name, p in model.named_parameters():
+            out[name] += (p.grad.detach().numpy() ** 2) / batches
+    return out
+
+
+def _select(settings: ContinualSettings, start: dict, delta: dict, grad: dict | None, anchors, budget: int,
+            rng: np.random.Generator) -> list[str]:
+    names = list(delta)
+    sizes = [packed_nbytes(delta[n].shape, "none") for n in names]
+    if settings.selection == "full":
+        return names
+    if settings.selection == "random":
+        return [names[i] for i in greedy_fill(rng.permutation(len(names)), sizes, budget)]
+    if settings.selection == "topk":
+        order = np.argsort([-float(np.linalg.norm(delta[n])) for n in names], kind="stable")
+        return [names[i] for i in greedy_fill(order, sizes, budget)]
+    values = [-float(np.sum(grad[n] * delta[n])) - settings.risk_weight * penalty_increase(start, delta, anchors, n)
+              for n in names]
+    return [names[i] for i in knapsack(values, sizes, budget)]
+
+
+# -- the client ----------------------------------------------------------------------------------
+
+def _stored_anchors(state) -> list[tuple[dict, dict]]:
+    anchors, t = [], 0
+    while f"{FISHER}.{t}" in state.array_records:
+        anchors.append((from_record(state[f"{FISHER}.{t}"]), from_record(state[f"{ANCHORS}.{t}"])))
+        t += 1
+    return anchors
+
+
+def client_round(workload: ContinualWorkload, settings: ContinualSettings, context: Context, start: dict,
+                 server_round: int) -> tuple[dict, dict | None, dict]:
+    """(selected updates, Fisher diagonal of the task just finished or None, metrics) of one client round."""
+    partition = int(context.node_config["partition-id"])
+    task = task_of(server_round, settings.rounds_per_task)
+    model = model_holding(workload, context.node_id, start)
+    fisher = None
+    if settings.selection == "rieselect" and task > 0 and server_round == task * settings.rounds_per_task + 1:
+        fisher = fisher_diagonal(workload, model, task - 1, partition, settings.fisher_batches)
+        context.state[f"{FISHER}.{task - 1}"] = to_record(fisher)
+        context.state[f"{ANCHORS}.{task - 1}"] = to_record(start)
+    grad = None
+    if settings.selection == "rieselect":
+        model.zero_grad(set_to_none=True)
+        workload.batch_loss(model, task, partition, -100 - server_round).backward()
+        grad = {name: p.grad.detach().numpy().copy() for name, p in model.named_parameters()}
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
+    losses = []
+    for step in range(settings.local_steps):
+        torch.default_generator.manual_seed(int(np.random.SeedSequence([settings.seed, partition, server_round, step])
+                                                .generate_state(1)[0]))
+        loss = workload.batch_loss(model, task, partition, server_round * settings.local_steps + step)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    local = parameters_of(model)
+    delta = {name: local[name] - start[name] for name in start}
+    full = sum(packed_nbytes(d.shape, "none") for d in delta.values())
+    rng = np.random.default_rng([settings.seed, partition, server_round])
+    chosen = _select(settings, start, delta, grad, _stored_anchors(context.state),
+                     int(settings.budget_fraction * full), rng)
+    return ({n: delta[n] for n in chosen}, fisher,
+            {"train_loss": float(np.mean(losses)), "layers": len(chosen), "layer_fraction": len(chosen) / len(delta)})
+
+
+def register_client(app: ClientApp, workload_for: Callable[[Context], ContinualWorkload]) -> None:
+    @app.train(TRAIN_ACTION)
+    def rieselect_worker(message: Message, context: Context) -> Message:
+        config = dict(message.content["config"])
+        server_round = int(config.pop("round"))
+        settings = ContinualSettings(**config)
+        update, fisher, metrics = client_round(workload_for(context), settings, context,
+                                               from_record(message.content["params"]), server_round)
+        content = RecordDict({"update": to_record(update), "metrics": MetricRecord(metrics)})
+        if fisher is not None:
+            content["fisher"] = to_record(fisher)
+        return Message(content, reply_to=message)
+
+
+# -- the server ----------------------------------------------------------------------------------
+
+class ContinualFL(EdgeStrategy):
+    """Per-layer averaging of partial updates; for ``rieselect``, the Fisher-basin cap on the step."""
+
+    update_record = "update"
+    partial_updates = True
+
+    def __init__(self, initial: dict, settings: ContinualSettings, flops_per_round: float):
+        self.settings, self.flops_per_round = settings, float(flops_per_round)
+        self.name = settings.selection
+        self.last_metrics: dict = {}
+        super().__init__(initial, asdict(settings))
+
+    def load_initial(self, arrays: dict) -> None:
+        super().load_initial(arrays)
+        self.params = {k: v.copy() for k, v in self.reference.items()}
+        self.fishers: list[dict] = []
+        self.anchors: list[dict] = []
+
+    def model_arrays(self) -> dict:
+        return self.params
+
+    def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
+        self._round_start = {k: v.copy() for k, v in self.params.items()}
+        settings = ConfigRecord({**dict(config), "round": server_round})
+        return [Message(RecordDict({"params": arrays, "config": settings, TIMING: timing_record(self.flops_per_round)}),
+                        node, f"train.{TRAIN_ACTION}", group_id=str(server_round))
+                for node in sorted(grid.get_node_ids())]
+
+    def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        fishers = [from_record(r.content["fisher"]) for r in replies if "fisher" in r.content.array_records]
+        if fishers:  # the task that just ended: its Fisher at the model the round started from
+            self.fishers.append({n: np.mean([f[n] for f in fishers], axis=0) for n in fishers[0]})
+            self.anchors.append(self._round_start)
+        updates = [from_record(r.content[self.update_record]) for r in replies]
+        direction = {}
+        for name in self.params:
+            sent = [u[name] for u in updates if name in u]
+            if sent:
+                direction[name] = np.mean(sent, axis=0).astype(np.float32)
+        eta = 1.0
+        if self.settings.selection == "rieselect" and self.fishers and direction:
+            eta = safe_step(self.params, direction, list(zip(self.fishers, self.anchors)), self.settings.basin)
+        for name, d in direction.items():
+            self.params[name] = (self.params[name] + np.float32(eta) * d).astype(np.float32)
+        self.last_metrics = {"step": eta, "layers_updated": len(direction),
+                             "layer_fraction": float(np.mean([float(r.content["metrics"]["layer_fraction"])
+                                                              for r in replies])) if replies else 0.0}
+        return None, MetricRecord({"updates": len(replies)})
+
+    def round_metrics(self) -> dict:
+        metrics, self.last_metrics = self.last_metrics, {}
+        return metrics
+
+    def state(self) -> dict:
+        return {"params": self.params, "fishers": self.fishers, "anchors": self.anchors}
+
+    def load_state(self, state: dict) -> None:
+        self.params = {k: np.array(v) for k, v in state["params"].items()}
+        self.fishers, self.anchors = list(state["fishers"]), list(state["anchors"])
+
+
+def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, link: LinkSpec | None = None,
+                  device_flops: float = 1e10, on_round: Callable[[RoundRecord], None] | None = None,
+                  ) -> tuple[RunResult, NetworkGrid, dict]:
+    """Every task in order on the in-process engine over a simulated network; (the run, its
+    grid, the summary: average final loss over tasks, forgetting, uplink bytes).
+
+    Forgetting of task ``t``: its loss at the end of the run minus its loss when its own
+    rounds ended, averaged over every task but the last."""
+    initial = parameters_of(workload.build_model())
+    strategy = ContinualFL(initial, settings, settings.local_steps * workload.flops_per_step)
+    app = ClientApp()
+    register_client(app, lambda _: workload)
+    grid = NetworkGrid(InProcessGrid(app, settings.clients),
+                       Network(link or LinkSpec(10e6, 0.05), device_flops, seed=settings.seed))
+
+    def evaluate(_, arrays):
+        model = model_holding(workload, "evaluate", arrays).eval()
+        with torch.no_grad():
+            losses = [float(workload.evaluate(model, t)) for t in range(workload.num_tasks)]
+        return {"loss": float(np.mean(losses)), "task_losses": losses}
+
+    rounds = workload.num_tasks * settings.rounds_per_task
+    result = run_rounds(strategy, grid, rounds, evaluate=evaluate, eval_every=settings.rounds_per_task,
+                        on_round=on_round)
+    by_round = {r.round: r.metrics["eval"]["task_losses"] for r in result.records if "eval" in r.metrics}
+    final = by_round[rounds]
+    at_end = [by_round[(t + 1) * settings.rounds_per_task][t] for t in range(workload.num_tasks)]
+    summary = {"average_loss": float(np.mean(final)),
+               "forgetting": float(np.mean([final[t] - at_end[t] for t in range(workload.num_tasks - 1)]))
+               if workload.num_tasks > 1 else 0.0,
+               "uplink_bytes": sum(grid.bytes.up.values()), "task_losses": final, "loss_when_learned": at_end}
+    return result, grid, summary
