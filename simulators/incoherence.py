@@ -52,6 +52,8 @@ class Incoherence:
     def factor(self) -> np.ndarray:
         """``Q_q`` (float64): the orthogonal factor of a QR decomposition of a seeded Gaussian matrix."""
         q = self.factor_size
+        if q == 1:  # no factor is stored, so it must be exactly 1 (a 1 x 1 QR can give -1)
+            return np.ones((1, 1))
         g = np.random.default_rng([self.seed, self.size, 1]).standard_normal((q, q))
         qm, r = np.linalg.qr(g)
         return qm * np.sign(np.diag(r))  # the sign fix makes the factor unique

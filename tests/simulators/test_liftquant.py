@@ -101,6 +101,16 @@ def test_non_power_of_two_width_rotates_with_a_kronecker_factor():
     np.testing.assert_allclose((rot.apply(x) ** 2).sum(), (x**2).sum())
 
 
+@pytest.mark.parametrize("size", [1, 2, 64, 4096])
+def test_power_of_two_width_is_signs_then_hadamard(size):
+    """No factor is stored for these widths, so the rotation is exactly H_p diag(s)."""
+    from edgekit.simulators.rotation import hadamard
+
+    rot = Incoherence(size, seed=0)
+    x = np.random.default_rng(size).standard_normal(size)
+    np.testing.assert_allclose(rot.apply(x), hadamard(size) @ (rot.signs * x), atol=1e-12)
+
+
 def test_save_and_load_round_trip(tmp_path):
     tensors = {"a": quantize(weight(), FMT, group_size=32, input_scales=np.ones(96)), "b": quantize(weight(8, 17), FMT)}
     loaded = load_tensors(save_tensors(tmp_path / "codes.npz", tensors))
