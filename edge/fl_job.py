@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import sysconfig
 import tempfile
 from collections.abc import Callable
 from functools import lru_cache
@@ -37,6 +38,7 @@ from edgekit.federated.engine import RunResult
 from edgekit.federated.flower_run import Federation, LocalFederation, write_app
 from edgekit.federated.network_grid import NetworkGrid
 from edgekit.federated.records import RoundRecord
+from edgekit.federated.rieselect import ContinualWorkload
 from edgekit.federated.workload import Workload
 from edgekit.models import lm
 from edgekit.models.registry import make_config, parse_config_items
@@ -118,6 +120,51 @@ def _workload(config: lm.LMConfig, clients: int) -> Workload:
 
 def workload_for(settings: RunSettings) -> Workload:
     return _workload(lm_config(settings), settings.clients)
+
+
+CONTINUAL_TASKS = ("email", "asyncio", "encodings")  # three corners of the stdlib, learned in this order
+CONTINUAL_VAL_EVERY = 7  # every 7th file of a task (sorted by path) is validation data
+
+
+def continual_lm_workload(clients: int, tasks: tuple[str, ...] = CONTINUAL_TASKS, seed: int = 0,
+                          model_config: str = "") -> ContinualWorkload:
+    """The byte-level LM learning stdlib packages one after another (RieSelect's tasks).
+
+    Task ``t`` is the ``.py`` files of package ``tasks[t]``; every ``CONTINUAL_VAL_EVERY``-th file
+    is its validation data (``eval_windows`` fixed windows), the others are dealt to the
+    clients file by file (file ``k`` to client ``k mod clients``)."""
+    config = make_config("lm", {"seed": seed, **parse_config_items(model_config.split())}, tiny=True)
+    root = Path(sysconfig.get_paths()["stdlib"])
+    shares, validation = [], []
+    for task in tasks:
+        files = [p for p in lm.stdlib_files(root) if p.relative_to(root).parts[0] == task]
+        if not files:
+            raise ValueError(f"no stdlib files under {task!r}: tasks are stdlib package names, e.g. {CONTINUAL_TASKS}")
+        val, train = files[::CONTINUAL_VAL_EVERY], [p for i, p in enumerate(files) if i % CONTINUAL_VAL_EVERY]
+        per_client = [torch.from_numpy(lm.encode(b"".join(p.read_bytes() for p in train[c::clients])).astype(np.int64))
+                      for c in range(clients)]
+        if min(len(d) for d in per_client) < config.seq_len + 2 or not val:
+            raise ValueError(f"task {task!r} has too little source for {clients} clients and a validation split")
+        shares.append(per_client)
+        data = torch.from_numpy(lm.encode(b"".join(p.read_bytes() for p in val)).astype(np.int64))
+        rng = np.random.default_rng([seed, len(validation)])
+        starts = torch.from_numpy(rng.integers(0, len(data) - config.seq_len - 1, config.eval_windows))
+        validation.append(data[starts[:, None] + torch.arange(config.seq_len + 1)])
+
+    def build():
+        torch.manual_seed(config.seed)
+        return lm.build(config)
+
+    def batch_loss(model, task, partition, step):
+        rng = np.random.default_rng([config.seed, task, partition, step + 2**31])  # steps may be negative
+        return window_loss(model, shares[task][partition], config, rng)
+
+    def evaluate(model, task):
+        window = validation[task]
+        logits = model(window[:, :-1])
+        return float(F.cross_entropy(logits.reshape(-1, lm.VOCAB), window[:, 1:].reshape(-1)))
+
+    return ContinualWorkload(build, batch_loss, evaluate, len(tasks), lr=config.lr, flops_per_step=step_flops(config))
 
 
 # -- reports --------------------------------------------------------------------------------------

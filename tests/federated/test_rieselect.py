@@ -82,3 +82,17 @@ def test_selective_uplink_on_the_engine():
     steps = [r.metrics["step"] for r in runs["capped"][0].records[1:]]
     assert steps[:3] == [1.0, 1.0, 1.0] and min(steps) < 0.5
     assert runs["capped"][1]["forgetting"] < 0.5 * full["forgetting"]
+
+
+def test_lm_tasks_from_the_stdlib():
+    from edgekit.fl_job import CONTINUAL_TASKS, continual_lm_workload
+
+    workload = continual_lm_workload(2)
+    assert workload.num_tasks == len(CONTINUAL_TASKS) == 3
+    settings = ContinualSettings(clients=2, rounds_per_task=1, local_steps=2, budget_fraction=0.25)
+    _, grid, summary = run_continual(settings, workload)
+    # the packages differ: a model that has learned a little scores the tasks differently
+    assert len(set(np.round(summary["task_losses"], 3))) == 3 and all(0 < x < 6 for x in summary["task_losses"])
+    assert summary["uplink_bytes"] == sum(grid.bytes.up.values()) > 0
+    with pytest.raises(ValueError, match="no stdlib files under 'nosuchpackage'"):
+        continual_lm_workload(2, ("nosuchpackage",))
