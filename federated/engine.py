@@ -23,12 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result, Strategy
 
 from .compression import from_record, to_record
 from .records import RoundRecord, check_update, explain_missing, mean_or_none
+from .wire import TIMING, timing_record
 
 log = logging.getLogger("edgekit.federated")
 
@@ -152,6 +153,43 @@ class EdgeStrategy(Strategy, ABC):
             if rec.metrics.get("eval"):
                 result.evaluate_metrics_serverapp[rec.round] = MetricRecord(rec.metrics["eval"])
         return result
+
+
+class GlobalModelStrategy(EdgeStrategy):
+    """A strategy with one global model that every node gets each round, with the train config,
+    as a ``train.<action>`` message of ``flops_per_round`` FLOPs of client work. Subclasses
+    implement ``aggregate_train`` (updating ``self.params``) and may leave numbers for the
+    round's record in ``self.last_metrics``."""
+
+    action = "train"
+
+    def __init__(self, initial: dict[str, np.ndarray], train_config: dict, flops_per_round: float):
+        self.flops_per_round = float(flops_per_round)
+        self.last_metrics: dict = {}
+        super().__init__(initial, train_config)
+
+    def load_initial(self, arrays: dict[str, np.ndarray]) -> None:
+        super().load_initial(arrays)
+        self.params = {k: v.copy() for k, v in self.reference.items()}
+
+    def model_arrays(self) -> dict[str, np.ndarray]:
+        return self.params
+
+    def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
+        settings = ConfigRecord({**dict(config), "round": server_round})
+        return [Message(RecordDict({"params": arrays, "config": settings, TIMING: timing_record(self.flops_per_round)}),
+                        node, f"train.{self.action}", group_id=str(server_round))
+                for node in sorted(grid.get_node_ids())]
+
+    def round_metrics(self) -> dict:
+        metrics, self.last_metrics = self.last_metrics, {}
+        return metrics
+
+    def state(self) -> dict:
+        return {"params": self.params}
+
+    def load_state(self, state: dict) -> None:
+        self.params = {k: np.array(v) for k, v in state["params"].items()}
 
 
 @dataclass

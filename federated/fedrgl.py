@@ -31,19 +31,18 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from torch import nn
 from torch.nn import functional as F
 
 from .compression import from_record, to_record
-from .engine import EdgeStrategy, RunResult, run_rounds
+from .engine import GlobalModelStrategy, RunResult, run_rounds
 from .graphs import ClientGraph
 from .inproc_grid import InProcessGrid
 from .links import LinkSpec, Network
 from .network_grid import NetworkGrid
 from .records import RoundRecord
-from .wire import TIMING, timing_record
 from .workload import load_parameters, parameters_of
 
 GRAPH_METHODS = ("fedavg", "fedprox", "fedavg+filter", "fedrgl")
@@ -273,30 +272,16 @@ def test_accuracy(model: GCN, clients: Sequence[ClientGraph]) -> dict:
 
 # -- the strategy and the ClientApp --------------------------------------------------------------
 
-class GraphFL(EdgeStrategy):
+class GraphFL(GlobalModelStrategy):
     """The server side of every graph method: send the global GCN, average what comes back
     (by train-node count, or for FedRGL after its warm-up by inverse entropy)."""
 
     update_record = "params"
+    action = TRAIN_ACTION
 
     def __init__(self, initial: dict[str, np.ndarray], settings: GraphSettings, flops_per_round: float):
-        self.settings, self.flops_per_round = settings, float(flops_per_round)
-        self.name = settings.method
-        self.last_metrics: dict = {}
-        super().__init__(initial, asdict(settings))
-
-    def load_initial(self, arrays: dict[str, np.ndarray]) -> None:
-        super().load_initial(arrays)
-        self.params = {k: v.copy() for k, v in self.reference.items()}
-
-    def model_arrays(self) -> dict[str, np.ndarray]:
-        return self.params
-
-    def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
-        settings = ConfigRecord({**dict(config), "round": server_round})
-        return [Message(RecordDict({"params": arrays, "config": settings, TIMING: timing_record(self.flops_per_round)}),
-                        node, f"train.{TRAIN_ACTION}", group_id=str(server_round))
-                for node in sorted(grid.get_node_ids())]
+        self.settings, self.name = settings, settings.method
+        super().__init__(initial, asdict(settings), flops_per_round)
 
     def aggregate_train(self, server_round, replies):
         replies = list(replies)
@@ -316,16 +301,6 @@ class GraphFL(EdgeStrategy):
                              if any(key in m for m in metrics)}
         self.last_metrics["weights"] = [round(float(w), 4) for w in weights]
         return None, MetricRecord({"updates": len(replies)})
-
-    def round_metrics(self) -> dict:
-        metrics, self.last_metrics = self.last_metrics, {}
-        return metrics
-
-    def state(self) -> dict:
-        return {"params": self.params}
-
-    def load_state(self, state: dict) -> None:
-        self.params = {k: np.array(v) for k, v in state["params"].items()}
 
 
 def register_client(app: ClientApp, clients_for: Callable[[Context], Sequence[ClientGraph]]) -> None:

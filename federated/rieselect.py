@@ -33,17 +33,16 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from torch import nn
 
 from .compression import from_record, packed_nbytes, to_record
-from .engine import EdgeStrategy, RunResult, run_rounds
+from .engine import GlobalModelStrategy, RunResult, run_rounds
 from .inproc_grid import InProcessGrid
 from .links import LinkSpec, Network
 from .network_grid import NetworkGrid
 from .records import RoundRecord
-from .wire import TIMING, timing_record
 from .workload import model_holding, parameters_of
 
 SELECTIONS = ("full", "random", "topk", "rieselect")
@@ -247,33 +246,25 @@ def register_client(app: ClientApp, workload_for: Callable[[Context], ContinualW
 
 # -- the server ----------------------------------------------------------------------------------
 
-class ContinualFL(EdgeStrategy):
+class ContinualFL(GlobalModelStrategy):
     """Per-layer averaging of partial updates; for ``rieselect``, the Fisher-basin cap on the step."""
 
     update_record = "update"
     partial_updates = True
+    action = TRAIN_ACTION
 
     def __init__(self, initial: dict, settings: ContinualSettings, flops_per_round: float):
-        self.settings, self.flops_per_round = settings, float(flops_per_round)
-        self.name = settings.selection
-        self.last_metrics: dict = {}
-        super().__init__(initial, asdict(settings))
+        self.settings, self.name = settings, settings.selection
+        super().__init__(initial, asdict(settings), flops_per_round)
 
     def load_initial(self, arrays: dict) -> None:
         super().load_initial(arrays)
-        self.params = {k: v.copy() for k, v in self.reference.items()}
         self.fishers: list[dict] = []
         self.anchors: list[dict] = []
 
-    def model_arrays(self) -> dict:
-        return self.params
-
     def configure_train(self, server_round, arrays, config, grid) -> list[Message]:
-        self._round_start = {k: v.copy() for k, v in self.params.items()}
-        settings = ConfigRecord({**dict(config), "round": server_round})
-        return [Message(RecordDict({"params": arrays, "config": settings, TIMING: timing_record(self.flops_per_round)}),
-                        node, f"train.{TRAIN_ACTION}", group_id=str(server_round))
-                for node in sorted(grid.get_node_ids())]
+        self._round_start = {k: v.copy() for k, v in self.params.items()}  # where a finished task's Fisher is taken
+        return super().configure_train(server_round, arrays, config, grid)
 
     def aggregate_train(self, server_round, replies):
         replies = list(replies)
@@ -297,15 +288,11 @@ class ContinualFL(EdgeStrategy):
                                                               for r in replies])) if replies else 0.0}
         return None, MetricRecord({"updates": len(replies)})
 
-    def round_metrics(self) -> dict:
-        metrics, self.last_metrics = self.last_metrics, {}
-        return metrics
-
     def state(self) -> dict:
-        return {"params": self.params, "fishers": self.fishers, "anchors": self.anchors}
+        return {**super().state(), "fishers": self.fishers, "anchors": self.anchors}
 
     def load_state(self, state: dict) -> None:
-        self.params = {k: np.array(v) for k, v in state["params"].items()}
+        super().load_state(state)
         self.fishers, self.anchors = list(state["fishers"]), list(state["anchors"])
 
 
