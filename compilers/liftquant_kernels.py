@@ -92,79 +92,81 @@ def decode_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int 
     return te.create_prim_func([codes, matrix, row_scale, *([groups] if groups is not None else []), out])
 
 
-def rotate_kernel(width: int, padded: int, power: int, input_scales: bool):
-    """``x' = pad(H (x * m))`` for one activation row of ``width``; see the module docstring.
+def rotate_kernel(width: int, padded: int, power: int, input_scales: bool, batch: int = 1):
+    """``x' = pad(H (x * m))`` for ``batch`` activation rows of ``width``; see the module docstring.
 
-    Inputs: x (width,) float32, [m (width,) float16], sign bits (ceil(width / 8),) uint8
+    Inputs: x (batch, width) float32, [m (width,) float16], sign bits (ceil(width / 8),) uint8
     (bit k set: sign -1), the factor (q, q) float32 (q = width / power; 1 x 1 when absent).
     """
     q = width // power
-    x = te.placeholder((width,), "float32", name="x")
+    x = te.placeholder((batch, width), "float32", name="x")
     m = te.placeholder((width,), "float16", name="input_scale") if input_scales else None
     sign_bits = te.placeholder((-(-width // BYTE_BITS),), "uint8", name="sign_bits")
     factor = te.placeholder((q, q), "float32", name="factor")
 
-    def signed(r, c):
+    def signed(a, r, c):
         k = r * power + c
-        v = x[k] * tirx.Cast("float32", m[k]) if m is not None else x[k]
+        v = x[a, k] * tirx.Cast("float32", m[k]) if m is not None else x[a, k]
         negative = (tirx.Cast("uint32", sign_bits[k >> 3]) >> tirx.Cast("uint32", k & 7)) & u32(1)
         return tirx.Select(negative == u32(1), -v, v)
 
-    grid = te.compute((q, power), signed, name="signed")
+    grid = te.compute((batch, q, power), signed, name="signed")
     if q > 1:
         b = te.reduce_axis((0, q), name="b")
-        grid = te.compute((q, power), lambda r, c: te.sum(factor[r, b] * grid[b, c], axis=b), name="factor_mul")
+        grid = te.compute((batch, q, power), lambda a, r, c: te.sum(factor[r, b] * grid[a, b, c], axis=b),
+                          name="factor_mul")
     h = 1
     while h < power:
-        grid = _butterfly(grid, q, power, h)
+        grid = _butterfly(grid, batch, q, power, h)
         h *= 2
     norm = np.float32(1.0 / math.sqrt(power))
-    out = te.compute((padded,), lambda k: tirx.Select(
-        k < width, grid[tirx.min(k, width - 1) // power, tirx.min(k, width - 1) % power] * norm,
+    out = te.compute((batch, padded), lambda a, k: tirx.Select(
+        k < width, grid[a, tirx.min(k, width - 1) // power, tirx.min(k, width - 1) % power] * norm,
         tirx.const(0.0, "float32")), name="rotated")
     return te.create_prim_func([x, *([m] if m is not None else []), sign_bits, factor, out])
 
 
-def _butterfly(grid, q: int, power: int, h: int):
+def _butterfly(grid, batch: int, q: int, power: int, h: int):
     """One Walsh-Hadamard stage: (a, b) -> (a + b, a - b) for the pairs at distance h (partner ``c ^ h``)."""
-    def stage(r, c):
-        partner = grid[r, c ^ h]
-        return tirx.Select((c & h) == 0, grid[r, c] + partner, partner - grid[r, c])
+    def stage(a, r, c):
+        partner = grid[a, r, c ^ h]
+        return tirx.Select((c & h) == 0, grid[a, r, c] + partner, partner - grid[a, r, c])
 
-    return te.compute((q, power), stage, name=f"wht{h}")
+    return te.compute((batch, q, power), stage, name=f"wht{h}")
 
 
 def _lift(matrix, xr, fmt: LiftQuantFormat, chunks: int, length: int):
-    """``z[t] = sum_k M[k, t % D] x'[(t // D) * d + k]`` for t < chunks * D, zero up to ``length``."""
+    """``z[a, t] = sum_k M[k, t % D] x'[a, (t // D) * d + k]`` for t < chunks * D, zero up to ``length``."""
     d, D = fmt.chunk, fmt.lifted
     k = te.reduce_axis((0, d), name="k")
     last = chunks * d - 1  # a clamped index, so the unselected side of the Select reads in bounds
 
-    def lift(t):
-        inside = matrix[k, t % D] * xr[tirx.min((t // D) * d + k, last)]
+    def lift(a, t):
+        inside = matrix[k, t % D] * xr[a, tirx.min((t // D) * d + k, last)]
         return te.sum(tirx.Select(t < chunks * D, inside, tirx.const(0.0, "float32")), axis=k)
 
-    return te.compute((length,), lift, name="lift")
+    return te.compute((xr.shape[0], length), lift, name="lift")
 
 
 def _zsum(z, n_groups: int, group_bits: int):
     """``zsum[g]``: the lifted values of group g summed, shared by every row."""
     r = te.reduce_axis((0, group_bits), name="r")
-    return te.compute((n_groups,), lambda g: te.sum(z[g * group_bits + r], axis=r), name="zsum")
+    return te.compute((z.shape[0], n_groups), lambda a, g: te.sum(z[a, g * group_bits + r], axis=r), name="zsum")
 
 
 def _combine(ones, zsum, row_scale, groups, fmt: LiftQuantFormat, rows: int, n_groups: int):
-    """``y[n] = row_scale[n] * sum_g group_scale[n, g] * (2 * ones[n, g] - zsum[g])``."""
+    """``y[a, n] = row_scale[n] * sum_g group_scale[n, g] * (2 * ones[a, n, g] - zsum[a, g])``."""
     g = te.reduce_axis((0, n_groups), name="g")
+    batch = ones.shape[0]
 
-    def combine(n):
-        term = np.float32(2.0) * ones[n, g] - zsum[g]
+    def combine(a, n):
+        term = np.float32(2.0) * ones[a, n, g] - zsum[a, g]
         if groups is not None:
             term = term * scale_value(fmt.group_scale, groups[n, g])
         return te.sum(term, axis=g)
 
-    acc = te.compute((rows,), combine, name="combine")
-    return te.compute((rows,), lambda n: acc[n] * tirx.Cast("float32", row_scale[n]), name="gemv")
+    acc = te.compute((batch, rows), combine, name="combine")
+    return te.compute((batch, rows), lambda a, n: acc[a, n] * tirx.Cast("float32", row_scale[n]), name="gemv")
 
 
 PACKED = "packed"  # the simulators' (N, row_bytes): a row's bitstream contiguous
@@ -173,8 +175,8 @@ LAYOUTS = (PACKED, BYTES_MAJOR)
 
 
 def gemv_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | None = None,
-                layout: str = PACKED):
-    """``y`` (rows,) = ``W' x'`` from packed codes and the rotated, padded activation ``x'`` (chunks * d,).
+                layout: str = PACKED, batch: int = 1):
+    """``y`` (batch, rows) = ``x' W'^T`` from packed codes and rotated, padded activations ``x'`` (batch, chunks * d).
 
     ``ones[n, g] = sum_{t in g} B[n, t] z[t]`` is a reduction over (byte, bit in byte) in
     which a set bit selects ``z[t]``. ``layout``: ``packed`` (the simulators' bytes) or
@@ -189,7 +191,7 @@ def gemv_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | 
         codes = te.placeholder((rows, total_bytes), "uint8", name="codes")
     else:
         codes = te.placeholder((total_bytes, rows), "uint8", name="codes_t")
-    xr = te.placeholder((chunks * fmt.chunk,), "float32", name="x_rotated")
+    xr = te.placeholder((batch, chunks * fmt.chunk), "float32", name="x_rotated")
     group_bits = _group_bits(fmt, chunks, group_size)
     group_bytes = group_bits // BYTE_BITS
     n_groups = -(-total_bytes // group_bytes) if group_size is None else groups.shape[1]
@@ -198,15 +200,16 @@ def gemv_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | 
     b = te.reduce_axis((0, group_bytes), name="b")
     u = te.reduce_axis((0, BYTE_BITS), name="u")
 
-    def dot(n, g):
+    def dot(a, n, g):
         # a last group may run past the row's bytes: the clamped byte is read, but z is zero there
         byte = g * group_bytes + b
         clamped = tirx.min(byte, total_bytes - 1)
         code = codes[n, clamped] if layout == PACKED else codes[clamped, n]
         bit = (tirx.Cast("uint32", code) >> tirx.Cast("uint32", u)) & u32(1)
-        return te.sum(tirx.Select(bit != u32(0), z[byte * BYTE_BITS + u], tirx.const(0.0, "float32")), axis=[b, u])
+        return te.sum(tirx.Select(bit != u32(0), z[a, byte * BYTE_BITS + u], tirx.const(0.0, "float32")),
+                      axis=[b, u])
 
-    ones = te.compute((rows, n_groups), dot, name="ones")
+    ones = te.compute((batch, rows, n_groups), dot, name="ones")
     y = _combine(ones, zsum, row_scale, groups, fmt, rows, n_groups)
     inputs = [xr, codes, matrix, row_scale, *([groups] if groups is not None else [])]
     return te.create_prim_func([*inputs, y])
@@ -220,6 +223,7 @@ def transpose_codes(codes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(codes, np.uint8).T)
 
 
+OPAQUE = 8  # TVM's kOpaque op pattern
 ROW_LANES = 16  # rows per vector in the bytes_major schedule (AVX-512: 16 float32 lanes)
 ROW_VECTORS = 8  # vectors of rows that share each byte's lifted values
 
@@ -236,20 +240,20 @@ def schedule_cpu(func, layout: str = PACKED, parallel: bool = True):
     sch = s_tir.Schedule(func)
     ones = sch.get_sblock("ones")
     if layout == BYTES_MAJOR:
-        n, g, b, u = sch.get_loops(ones)
+        a, n, g, b, u = sch.get_loops(ones)
         tile, vec, lanes = sch.split(n, [None, ROW_VECTORS, ROW_LANES])
-        sch.reorder(tile, g, b, u, vec, lanes)
+        sch.reorder(tile, a, g, b, u, vec, lanes)
         sch.vectorize(lanes)  # vectorize and parallel before decompose_reduction: their checks want the init
         sch.unroll(vec)
         if parallel:
             sch.parallel(tile)
         sch.decompose_reduction(ones, b)
         return sch.mod["main"]
-    _, _, _, u = sch.get_loops(ones)
-    partial = sch.rfactor(u, 2)
+    *_, u = sch.get_loops(ones)
+    partial = sch.rfactor(u, 3)
     loops = {sch.get(loop).loop_var.name: loop for loop in sch.get_loops(partial)}
     rows_outer, rows_inner = sch.split(loops["n"], [None, ROWS_PER_TASK])
-    sch.reorder(rows_outer, rows_inner, loops["g"], loops["b"], loops["u"])
+    sch.reorder(rows_outer, rows_inner, loops["a"], loops["g"], loops["b"], loops["u"])
     sch.vectorize(loops["u"])
     sch.reverse_compute_at(ones, rows_inner)
     if parallel:
@@ -271,8 +275,8 @@ class LayerKernels:
     padded: int
 
 
-def layer_kernels(q: LiftQuantTensor, layout: str = PACKED) -> LayerKernels:
-    """The unscheduled kernels of ``y = W_hat x`` for a stored tensor, and their inputs as stored."""
+def layer_kernels(q: LiftQuantTensor, layout: str = PACKED, batch: int = 1) -> LayerKernels:
+    """The unscheduled kernels of ``Y = X W_hat^T`` (X: batch rows) for a stored tensor, and their inputs."""
     if q.rotation is None:
         raise ValueError("the LiftQuant kernels take rotated tensors (quantize(..., rotate=True))")
     if layout not in LAYOUTS:
@@ -287,41 +291,51 @@ def layer_kernels(q: LiftQuantTensor, layout: str = PACKED) -> LayerKernels:
     gemv_args = [codes, q.codebook.matrix, q.row_scales.astype(q.format.row_scale)]
     if q.group_scales is not None:
         gemv_args.append(q.group_scales)
-    return LayerKernels(rotate_kernel(width, padded, rot.power, q.input_scales is not None), rotate_args,
-                        gemv_kernel(q.format, rows, q.chunks, q.group_size, layout), gemv_args, layout, rows,
-                        width, padded)
+    return LayerKernels(rotate_kernel(width, padded, rot.power, q.input_scales is not None, batch), rotate_args,
+                        gemv_kernel(q.format, rows, q.chunks, q.group_size, layout, batch), gemv_args, layout,
+                        rows, width, padded)
 
 
 def layer_module(q: LiftQuantTensor, device: str = "cpu", target=None):
     """A Relax module whose ``main(x (1, K)) -> (1, N)`` computes ``x @ W_hat.T`` from the stored tensor.
 
+    ``lower`` builds the same two calls into a model with :func:`emit_layer`.
+    """
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((1, q.shape[1]), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(emit_layer(bb, x, q, device, target, "liftquant"))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def emit_layer(bb, x, q: LiftQuantTensor, device: str, target=None, name: str = "liftquant"):
+    """Emit ``x @ W_hat.T`` for a (batch, K) Relax tensor ``x`` into ``bb``: two ``call_tir``, constants bound.
+
     On ``cpu`` the GEMV reads the ``bytes_major`` layout and carries its CPU schedule; on
-    ``cuda`` it reads the simulators' bytes and is left to dlight (``build.gpu_schedule``).
+    ``cuda`` it reads the simulators' bytes and both kernels get dlight's rules
+    (``build.gpu_schedule``) for ``target`` (default: a generic CUDA target).
     """
     from tvm import relax
 
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be cpu or cuda, got {device!r}")
+    batch = int(x.ty.shape[0])
     layout = BYTES_MAJOR if device == "cpu" else PACKED
-    k = layer_kernels(q, layout)
+    k = layer_kernels(q, layout, batch)
     if device == "cpu":
         rotate, gemv = k.rotate, schedule_cpu(k.gemv, layout)
     else:
         target = tvm.target.Target(target) if target is not None else tvm.target.Target({"kind": "cuda"})
         rotate, gemv = gpu_schedule(k.rotate, target), gpu_schedule(k.gemv, target)
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType((1, k.width), "float32"))
-    with bb.function("main", [x]):
-        rotate_gv = bb.add_func(rotate.with_attr({"global_symbol": "liftquant_rotate",
-                                                  "tirx.is_scheduled": device == "cuda"}), "liftquant_rotate")
-        gemv_gv = bb.add_func(gemv.with_attr({"global_symbol": "liftquant_gemv", "tirx.is_scheduled": True}),
-                              "liftquant_gemv")
-        with bb.dataflow():
-            flat = bb.emit(relax.op.reshape(x, (k.width,)))
-            xr = bb.emit(relax.call_tir(rotate_gv, [flat, *map(relax.const, k.rotate_args)],
-                                        relax.TensorType((k.padded,), "float32")))
-            y = bb.emit(relax.call_tir(gemv_gv, [xr, *map(relax.const, k.gemv_args)],
-                                       relax.TensorType((k.rows,), "float32")))
-            out = bb.emit_output(relax.op.reshape(y, (1, k.rows)))
-        bb.emit_func_output(out)
-    return bb.get()
+    # opaque to operator fusion, so the schedules reach the binary
+    rotate_gv = bb.add_func(rotate.with_attr({"global_symbol": f"{name}_rotate", "op_pattern": OPAQUE,
+                                              "tirx.is_scheduled": device == "cuda"}), f"{name}_rotate")
+    gemv_gv = bb.add_func(gemv.with_attr({"global_symbol": f"{name}_gemv", "op_pattern": OPAQUE,
+                                          "tirx.is_scheduled": True}), f"{name}_gemv")
+    xr = bb.emit(relax.call_tir(rotate_gv, [x, *map(relax.const, k.rotate_args)],
+                                relax.TensorType((batch, k.padded), "float32")))
+    return relax.call_tir(gemv_gv, [xr, *map(relax.const, k.gemv_args)], relax.TensorType((batch, k.rows), "float32"))

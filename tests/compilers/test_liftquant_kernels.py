@@ -26,13 +26,15 @@ from edgekit.simulators.liftquant import quantize
 from edgekit.targets import tvm_target
 
 # (configuration, shape, group size, input multipliers): padding (K not a multiple of d), a
-# Kronecker factor (K not a power of two), group scales, a last group past the row's bytes
+# Kronecker factor (K not a power of two), group scales, a last group past the row's bytes,
+# a power-of-two width
 CASES = [
     ("24to10", (40, 100), None, True),
     ("16to8", (33, 96), 16, False),
     ("10to8", (20, 64), 32, True),
     ("24to10", (9, 130), 20, True),
     ("6to4", (17, 50), None, False),
+    ("16to8", (8, 4096), None, False),  # a power of two: signs and a 12-stage Walsh-Hadamard, no factor
 ]
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
@@ -64,23 +66,32 @@ def test_decode_is_bit_exact(case):
 @pytest.mark.parametrize("case", CASES, ids=[f"{c[0]}-{c[1][1]}-g{c[2]}" for c in CASES])
 def test_rotation_and_fused_gemv(case):
     q = tensor(*case)
-    x = np.random.default_rng(1).standard_normal(q.shape[1]).astype(np.float32)
-    k = layer_kernels(q)
-    xr = run(k.rotate, x, *k.rotate_args, out_shape=(k.padded,))
+    batch = 3  # a GEMM: three activation rows
+    x = np.random.default_rng(1).standard_normal((batch, q.shape[1])).astype(np.float32)
+    k = layer_kernels(q, batch=batch)
+    xr = run(k.rotate, x, *k.rotate_args, out_shape=(batch, k.padded))
     scaled = x * (q.input_scales.astype(np.float64) if q.input_scales is not None else 1.0)
-    expected = np.zeros(k.padded)
-    expected[: q.shape[1]] = q.rotation.apply(scaled)
+    expected = np.zeros((batch, k.padded))
+    expected[:, : q.shape[1]] = q.rotation.apply(scaled)
     np.testing.assert_allclose(xr, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
-    ref = q.rotated_weights().astype(np.float64) @ xr.astype(np.float64)
-    for layout in LAYOUTS:
+    ref = xr.astype(np.float64) @ q.rotated_weights().astype(np.float64).T
+    for layout in LAYOUTS:  # scheduled: the unscheduled kernel is the same sums in another loop order
         codes = k.gemv_args[0] if layout == PACKED else transpose_codes(k.gemv_args[0])
-        func = gemv_kernel(q.format, q.shape[0], q.chunks, q.group_size, layout)
-        for scheduled in (func, schedule_cpu(func, layout)):
-            y = run(scheduled, xr, codes, *k.gemv_args[1:], out_shape=(q.shape[0],))
-            np.testing.assert_allclose(y, ref, rtol=0, atol=2e-6 * np.abs(ref).max())
+        func = schedule_cpu(gemv_kernel(q.format, q.shape[0], q.chunks, q.group_size, layout, batch), layout)
+        y = run(func, xr, codes, *k.gemv_args[1:], out_shape=(batch, q.shape[0]))
+        np.testing.assert_allclose(y, ref, rtol=0, atol=1e-5 * np.abs(ref).max())  # float32 sums of C * D terms
 
 
-@pytest.mark.parametrize("case", CASES[:2], ids=["24to10", "16to8-groups"])
+def test_unscheduled_gemv_equals_the_scheduled_one():
+    q = tensor(*CASES[3])
+    k = layer_kernels(q, BYTES_MAJOR)
+    xr = np.random.default_rng(4).standard_normal((1, k.padded)).astype(np.float32)
+    plain, scheduled = (run(f, xr, *k.gemv_args, out_shape=(1, q.shape[0]))
+                        for f in (k.gemv, schedule_cpu(k.gemv, BYTES_MAJOR)))
+    np.testing.assert_allclose(plain, scheduled, rtol=1e-6, atol=1e-6 * np.abs(plain).max())
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[-1]], ids=["24to10", "16to8-groups", "16to8-4096"])
 def test_whole_layer_matches_pytorch(case):
     q = tensor(*case)
     x = np.random.default_rng(2).standard_normal((1, q.shape[1])).astype(np.float32)
