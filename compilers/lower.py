@@ -22,10 +22,12 @@ from tvm import relax
 
 from edgekit.simulators import quantize
 from edgekit.simulators.layouts import PACKED, VECTOR_LAYOUT, layout_applies, to_layout
+from edgekit.simulators.liftquant import quantize as liftquant_quantize
 
 from .decode_kernels import conv2d_kernel, dense_kernel, reduction_block
 from .importer import ImportedModel
-from .plan import BASELINES, block_format, check_plan
+from .liftquant_kernels import emit_layer
+from .plan import BASELINES, block_format, check_plan, is_liftquant
 from .schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, dense_lanes
 
 DEVICES = ("cpu", "cuda")
@@ -64,6 +66,9 @@ def choose_layout(fmt_name: str, device: str, row_elements: int) -> str | None:
     """On CPUs the vector layout of 4- and 6-bit codes where the rows fit it; else the simulators' bytes."""
     if fmt_name in BASELINES:
         return None
+    if is_liftquant(fmt_name):  # Linear layers take _liftquant_dense before any layout is chosen
+        raise ValueError(f"{fmt_name}: LiftQuant is lowered for Linear (matmul) weights only; "
+                         "plan convolutions in a block format or a float baseline")
     fmt = block_format(fmt_name)
     vector = VECTOR_LAYOUT.get(fmt.element.bits)
     return vector if device == "cpu" and vector and layout_applies(fmt, vector, row_elements) else PACKED
@@ -148,14 +153,26 @@ class _LowerWeights(relax.PyExprMutator):
         n, k = rows.shape
         m = math.prod(x_shape[:-1])
         op = "gemv" if m == 1 else "gemm"
+        x2 = x if len(x_shape) == 2 else self.builder_.emit(relax.op.reshape(x, (m, k)))
+        if is_liftquant(self.plan_formats[layer]):
+            y = self._liftquant_dense(layer, x2, rows, op, value.shape)
+            return y if len(x_shape) == 2 else relax.op.reshape(self.builder_.emit(y), (*x_shape[:-1], n))
         fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, value.shape)
         name = f"dense_{_symbol(layer)}"
         gv = self.builder_.add_func(dense_function(fmt_name, layout, m, n, k, ts, name), name)
-        x2 = x if len(x_shape) == 2 else self.builder_.emit(relax.op.reshape(x, (m, k)))
         y = relax.call_tir(gv, [x2, *consts], relax.TensorType((m, n), "float32"))
         if len(x_shape) == 2:
             return y
         return relax.op.reshape(self.builder_.emit(y), (*x_shape[:-1], n))
+
+    def _liftquant_dense(self, layer, x2, rows, op, shape):
+        """The LiftQuant layer (simulators' pipeline: rotation, row scales, default search) as
+        its rotation and fused decode-GEMV kernels (``liftquant_kernels.emit_layer``)."""
+        q = liftquant_quantize(np.ascontiguousarray(rows, np.float32), self.plan_formats[layer])
+        layout = "bytes_major" if self.device == "cpu" else "packed"
+        self.records[layer] = LayerRecord(q.format.name, op, list(shape), layout, q.numel, q.codes.nbytes,
+                                          q.nbytes - q.codes.nbytes, 0, q.bits_per_weight)
+        return emit_layer(self.builder_, x2, q, self.device, name=f"liftquant_{_symbol(layer)}")
 
     def _conv2d(self, call, layer, value):
         a = call.attrs

@@ -1,9 +1,10 @@
 """The quantization plan: which layer's weight is stored in which format.
 
 A plan maps module names (``model.named_modules()``) of Linear and Conv layers to a
-weight format: a block format from the simulators' table (``mxfp4``, ``nvfp4`` ...)
-or one of the float baselines ``fp32`` / ``fp16``. Every pass downstream (lowering,
-ONNX export, manifests) reads the plan, so it is plain data.
+weight format: a block format from the simulators' table (``mxfp4``, ``nvfp4`` ...),
+a LiftQuant configuration (``liftquant_24to10``; ``liftquant:2.4`` picks one by its code
+bits; Linear layers only) or one of the float baselines ``fp32`` / ``fp16``. Every pass
+downstream (lowering, ONNX export, manifests) reads the plan, so it is plain data.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from torch import nn
 
 from edgekit.simulators import BlockFormat, format_names, get_format
+from edgekit.simulators.formats import LIFTQUANT_PREFIX
+from edgekit.simulators.liftquant_codebooks import parse_liftquant
 
 BASELINES = ("fp32", "fp16")
 PLANNED_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
@@ -30,18 +33,26 @@ def check_weight_format(name: str) -> str:
     text = name.strip().lower()
     if text in BASELINES:
         return text
+    if text.startswith("liftquant"):  # liftquant:2.4, liftquant:24to10, liftquant_24to10
+        return parse_liftquant(text).name
     try:
         fmt = get_format(text)
     except ValueError as err:
         if "unknown format" not in str(err):
             raise
-        raise ValueError(f"unknown format {name!r}; allowed: {', '.join(weight_format_names())}") from None
+        raise ValueError(f"unknown format {name!r}; allowed: {', '.join(weight_format_names())}, "
+                         "liftquant:BITS (e.g. liftquant:2.4) or liftquant_DtoD (see `edgekit formats`)") from None
     return fmt.name + (f"@{fmt.block_size}" if "@" in text else "")
 
 
 def block_format(name: str) -> BlockFormat | None:
     """The simulators' format of a plan entry; None for the float baselines."""
     return None if name in BASELINES else get_format(name)
+
+
+def is_liftquant(name: str) -> bool:
+    """Whether a (checked) plan entry is a LiftQuant configuration rather than a block format."""
+    return name.startswith(LIFTQUANT_PREFIX)
 
 
 def plannable_layers(model: nn.Module) -> dict[str, nn.Module]:

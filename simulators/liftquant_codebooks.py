@@ -52,6 +52,7 @@ TEMPERATURE = 10.0
 FULL_SOFTMIN_POINTS = 1 << 12
 TRAIN_STARTS = 8
 EXACT_DEFAULT_MAX = 16  # up to 2^16 codes per chunk the exact search is cheap enough to be the default
+FAST_MAX_FREE = 14  # above, the fast search's 2^(D - d) candidates per chunk are too slow for whole models
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,42 @@ class Codebook:
 
 def default_search(fmt: LiftQuantFormat) -> str:
     return "exact" if fmt.lifted <= EXACT_DEFAULT_MAX else "fast+local"
+
+
+def gaussian_error(fmt: LiftQuantFormat) -> float:
+    """The N(0, 1) MSE per dimension the configuration's default search reaches (shipped metadata)."""
+    meta = load_codebook(fmt).metadata
+    return meta["mse_exact"] if default_search(fmt) == "exact" else meta["mse_fast_local"]
+
+
+def format_for_bits(bits: float) -> LiftQuantFormat:
+    """The configuration whose codes cost ``bits`` per weight (D/d) with the lowest Gaussian error.
+
+    Only configurations the default search encodes at model scale are candidates: exact up
+    to D = 16, else at most ``FAST_MAX_FREE`` free signs (2^14 fast-search candidates per chunk).
+    """
+    matches = [f for f in LIFTQUANT_FORMATS.values() if math.isclose(f.code_bits_per_weight, bits, rel_tol=1e-9)
+               and (default_search(f) == "exact" or f.free_dims <= FAST_MAX_FREE)]
+    if not matches:
+        offered = sorted({round(f.code_bits_per_weight, 4) for f in LIFTQUANT_FORMATS.values()})
+        raise ValueError(f"no LiftQuant configuration codes {bits:g} bits per weight; offered: "
+                         f"{', '.join(f'{b:g}' for b in offered)} (D/d), or name one such as liftquant_24to10")
+    return min(matches, key=gaussian_error)
+
+
+def parse_liftquant(spec: str) -> LiftQuantFormat:
+    """``liftquant:2.4`` (bits: :func:`format_for_bits`), ``liftquant:24to10`` or ``liftquant_24to10``."""
+    text = spec.strip().lower()
+    head, sep, tail = text.partition(":")
+    if not sep:
+        return get_liftquant_format(text)
+    if head != "liftquant" or not tail:
+        raise ValueError(f"{spec!r}: write liftquant:BITS (e.g. liftquant:2.4) or liftquant:DtoD (e.g. liftquant:24to10)")
+    try:
+        bits = float(tail)
+    except ValueError:
+        return get_liftquant_format(tail)
+    return format_for_bits(bits)
 
 
 def codebook_path(fmt: LiftQuantFormat, directory: str | Path | None = None) -> Path:
