@@ -8,9 +8,9 @@ of its layers (here: parameter tensors), its update ``local - global``. Selectio
 * ``random``: layers in a seeded random order while they fit the byte budget;
 * ``topk``: layers by decreasing update norm while they fit;
 * ``rieselect``: the 0/1 knapsack over layers that maximises ``utility - risk_weight * risk``
-  under the budget, where utility is the first-order decrease of the current task's loss
-  that the layer's update brings (``-g . delta`` with the task gradient ``g`` at the global
-  model) and risk the layer's conflict score with earlier tasks in the diagonal Fisher
+  under the budget, where utility is the decrease of the current task's loss that the
+  layer's update alone brings to the global model (measured on held-out batches) and risk
+  the layer's conflict score with earlier tasks in the diagonal Fisher
   metric: the increase of ``sum_t 1/2 sum F_t (theta - theta*_t)^2`` that its update causes,
   ``F_t`` the Fisher diagonal of task ``t`` at the solution ``theta*_t`` the federation had
   when that task ended.
@@ -167,7 +167,34 @@ def fisher_diagonal(workload: ContinualWorkload, model: nn.Module, task: int, pa
     return out
 
 
-def _select(settings: ContinualSettings, start: dict, delta: dict, grad: dict | None, anchors, budget: int,
+UTILITY_BATCHES = 2
+
+
+def layer_utilities(workload: ContinualWorkload, model: nn.Module, start: dict, delta: dict, task: int,
+                    partition: int, server_round: int) -> dict[str, float]:
+    """Each layer's plasticity utility: how much applying its update alone to the round-start
+    model lowers the current task's loss, on ``UTILITY_BATCHES`` batches training does not draw.
+    Measured, not estimated to first order: one-batch gradients at the round start were too
+    noisy to rank layers, and a forward pass per layer costs little beside the local steps."""
+    params = dict(model.named_parameters())
+    keys = [-1000 * (server_round + 1) - b for b in range(UTILITY_BATCHES)]
+
+    def loss() -> float:
+        return float(np.mean([float(workload.batch_loss(model, task, partition, k)) for k in keys]))
+
+    model.eval()
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(torch.tensor(start[name]))  # a copy: start may be a read-only view of message bytes
+        base, out = loss(), {}
+        for name, p in params.items():
+            p.add_(torch.from_numpy(delta[name]))
+            out[name] = base - loss()
+            p.copy_(torch.tensor(start[name]))  # a copy: start may be a read-only view of message bytes
+    return out
+
+
+def _select(settings: ContinualSettings, start: dict, delta: dict, utility: dict | None, anchors, budget: int,
             rng: np.random.Generator) -> list[str]:
     names = list(delta)
     sizes = [packed_nbytes(delta[n].shape, "none") for n in names]
@@ -178,8 +205,7 @@ def _select(settings: ContinualSettings, start: dict, delta: dict, grad: dict | 
     if settings.selection == "topk":
         order = np.argsort([-float(np.linalg.norm(delta[n])) for n in names], kind="stable")
         return [names[i] for i in greedy_fill(order, sizes, budget)]
-    values = [-float(np.sum(grad[n] * delta[n])) - settings.risk_weight * penalty_increase(start, delta, anchors, n)
-              for n in names]
+    values = [utility[n] - settings.risk_weight * penalty_increase(start, delta, anchors, n) for n in names]
     return [names[i] for i in knapsack(values, sizes, budget)]
 
 
@@ -204,11 +230,6 @@ def client_round(workload: ContinualWorkload, settings: ContinualSettings, conte
         fisher = fisher_diagonal(workload, model, task - 1, partition, settings.fisher_batches)
         context.state[f"{FISHER}.{task - 1}"] = to_record(fisher)
         context.state[f"{ANCHORS}.{task - 1}"] = to_record(start)
-    grad = None
-    if settings.selection == "rieselect":
-        model.zero_grad(set_to_none=True)
-        workload.batch_loss(model, task, partition, -100 - server_round).backward()
-        grad = {name: p.grad.detach().numpy().copy() for name, p in model.named_parameters()}
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
     losses = []
@@ -224,7 +245,9 @@ def client_round(workload: ContinualWorkload, settings: ContinualSettings, conte
     delta = {name: local[name] - start[name] for name in start}
     full = sum(packed_nbytes(d.shape, "none") for d in delta.values())
     rng = np.random.default_rng([settings.seed, partition, server_round])
-    chosen = _select(settings, start, delta, grad, _stored_anchors(context.state),
+    utility = (layer_utilities(workload, model, start, delta, task, partition, server_round)
+               if settings.selection == "rieselect" else None)
+    chosen = _select(settings, start, delta, utility, _stored_anchors(context.state),
                      int(settings.budget_fraction * full), rng)
     return ({n: delta[n] for n in chosen}, fisher,
             {"train_loss": float(np.mean(losses)), "layers": len(chosen), "layer_fraction": len(chosen) / len(delta)})
