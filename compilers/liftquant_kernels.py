@@ -7,19 +7,24 @@ rotation's signs as bits and its dense factor in float32. Bits are read with int
 operations (``(codes[n, t >> 3] >> (t & 7)) & 1``), so one kernel serves LLVM and CUDA.
 
 * :func:`decode_kernel`: ``W'`` (N, K_pad), computed by exactly the float32 operations
-  of the Numba decoder, in the same order: it must equal it bit for bit.
+  of the Numba decoder, in the same order: it must equal it bit for bit. Its sums add
+  selected values and its one product feeds no sum, so no FMA contraction (nvcc's
+  default) can change a bit on CUDA either.
 * :func:`rotate_kernel`: ``x' = pad(H (x * m))``: input multipliers, the signs, the
   dense factor ``Q_q`` and a fast Walsh-Hadamard transform of order p in log2(p)
   butterfly stages (no p x p matrix is stored).
-* :func:`gemv_kernel`: ``y = W' x'`` without decoded weights. The lifted activation
-  ``z[j*D + i] = sum_k M[k, i] x'[j*d + k]`` lies along the row's bitstream (bit t of
-  every row multiplies z[t]), and with ``c = 2B - 1``
-  ``y[n] = row_scale[n] * sum_g group_scale[n, g] * (2 * sum_{t in g} B[n, t] z[t] - zsum[g])``,
-  where ``zsum[g]`` is shared by every row. The reduction walks a row byte by byte,
-  eight bits a byte, so the eight bits of a byte become one vector of lanes on a CPU.
+* :func:`gemv_kernel`: ``Y = X' W'^T`` for a batch of rotated rows, without decoded
+  weights. The lifted activation ``z[a, j*D + i] = sum_k M[k, i] x'[a, j*d + k]`` lies
+  along the row's bitstream (bit t of every row multiplies z[t]), and with ``c = 2B - 1``
+  ``y[a, n] = row_scale[n] * sum_g group_scale[n, g] * (2 * sum_{t in g} B[n, t] z[a, t] - zsum[a, g])``,
+  where ``zsum`` is shared by every row: a set bit selects its ``z``, nothing is multiplied.
 
-Scheduled for the CPU by :func:`schedule_cpu` (rows in parallel, the bits of a byte
-vectorized; the O(rows) combination after them), for CUDA by dlight's rules through ``build.gpu_schedule``.
+Codes come in the simulators' ``packed`` layout or ``bytes_major`` (the same bytes
+transposed, :func:`transpose_codes`). :func:`schedule_cpu` vectorizes ``bytes_major``
+over 16 rows: one load gives a byte of each, and each bit is a mask test and a masked
+add of one broadcast ``z`` (AVX-512: ``vptestmb`` and a masked move/add). CUDA kernels
+get dlight's rules through ``build.gpu_schedule``. :func:`emit_layer` puts a layer's two
+kernels into a Relax module; ``lower`` uses it for LiftQuant plan entries.
 """
 
 from __future__ import annotations
