@@ -22,8 +22,8 @@ operations (``(codes[n, t >> 3] >> (t & 7)) & 1``), so one kernel serves LLVM an
 Codes come in the simulators' ``packed`` layout or ``bytes_major`` (the same bytes
 transposed, :func:`transpose_codes`). :func:`schedule_cpu` vectorizes ``bytes_major``
 over 16 rows: one load gives a byte of each, and each bit is a mask test and a masked
-add of one broadcast ``z`` (AVX-512: ``vptestmb`` and a masked move/add). CUDA kernels
-get dlight's rules through ``build.gpu_schedule``. :func:`emit_layer` puts a layer's two
+add of one broadcast ``z`` (AVX-512: ``vptestmb`` and a masked move/add). On CUDA the
+GEMV gets dlight's rules through ``build.gpu_schedule``, the rotation :func:`schedule_rotate_gpu`. :func:`emit_layer` puts a layer's two
 kernels into a Relax module; ``lower`` uses it for LiftQuant plan entries.
 """
 
@@ -266,6 +266,26 @@ def schedule_cpu(func, layout: str = PACKED, parallel: bool = True):
     return sch.mod["main"]
 
 
+GPU_THREADS = 256
+
+
+def schedule_rotate_gpu(func, threads: int = GPU_THREADS):
+    """CUDA schedule of :func:`rotate_kernel`: every stage's elements over blocks of ``threads`` threads.
+
+    dlight's rules try to inline the butterfly stages into one another, and each stage
+    reads its input twice, so their analysis grows as 2^log2(p) (minutes at p = 256):
+    the stages stay separate here, one launch each, as they are on the CPU.
+    """
+    sch = s_tir.Schedule(func)
+    for block in sch.get_child_blocks(sch.get_sblock("root")):
+        spatial = sum(1 for v in sch.get(block).iter_vars if v.iter_type == tirx.IterVar.DataPar)
+        fused = sch.fuse(*sch.get_loops(block)[:spatial])
+        outer, inner = sch.split(fused, [None, threads])
+        sch.bind(outer, "blockIdx.x")
+        sch.bind(inner, "threadIdx.x")
+    return sch.mod["main"]
+
+
 @dataclass(frozen=True)
 class LayerKernels:
     """One LiftQuant layer as two kernels and their constant inputs: rotate(x, *rotate_args), gemv(x', *gemv_args)."""
@@ -321,8 +341,9 @@ def emit_layer(bb, x, q: LiftQuantTensor, device: str, target=None, name: str = 
     """Emit ``x @ W_hat.T`` for a (batch, K) Relax tensor ``x`` into ``bb``: two ``call_tir``, constants bound.
 
     On ``cpu`` the GEMV reads the ``bytes_major`` layout and carries its CPU schedule; on
-    ``cuda`` it reads the simulators' bytes and both kernels get dlight's rules
-    (``build.gpu_schedule``) for ``target`` (default: a generic CUDA target).
+    ``cuda`` it reads the simulators' bytes, the GEMV gets dlight's rules
+    (``build.gpu_schedule``) for ``target`` (default: a generic CUDA target) and the
+    rotation :func:`schedule_rotate_gpu`.
     """
     from tvm import relax
 
@@ -335,7 +356,7 @@ def emit_layer(bb, x, q: LiftQuantTensor, device: str, target=None, name: str = 
         rotate, gemv = k.rotate, schedule_cpu(k.gemv, layout)
     else:
         target = tvm.target.Target(target) if target is not None else tvm.target.Target({"kind": "cuda"})
-        rotate, gemv = gpu_schedule(k.rotate, target), gpu_schedule(k.gemv, target)
+        rotate, gemv = schedule_rotate_gpu(k.rotate), gpu_schedule(k.gemv, target)
     # opaque to operator fusion, so the schedules reach the binary
     rotate_gv = bb.add_func(rotate.with_attr({"global_symbol": f"{name}_rotate", "op_pattern": OPAQUE,
                                               "tirx.is_scheduled": device == "cuda"}), f"{name}_rotate")
