@@ -49,7 +49,7 @@ from edgekit.simulators.codec import kernel_tables
 from edgekit.simulators.files import atomic_write
 
 from .importer import describe_error
-from .plan import block_format, check_plan, plannable_layers
+from .plan import block_format, check_plan, is_liftquant, plannable_layers
 
 DEFAULT_OPSET = 18  # BitwiseAnd / BitwiseOr need opset 18
 MIN_OPSET = 18
@@ -228,7 +228,12 @@ def _check_plan(model: nn.Module, plan) -> dict[str, str]:
     if not isinstance(plan, dict):
         raise ValueError(  # noqa: TRY004
             f"plan must be a dict of layer name -> format (see compilers.plan.make_plan), got {type(plan).__name__}")
-    return check_plan(plannable_layers(model), plan)
+    checked = check_plan(plannable_layers(model), plan)
+    lifted = sorted(layer for layer, fmt in checked.items() if is_liftquant(fmt))
+    if lifted:  # its decode is a matrix product over sign bits: no standard ONNX lowering is written yet
+        raise ValueError(f"ONNX export does not cover LiftQuant yet (layers {', '.join(lifted)}); "
+                         "use edgekit compile, or a block format for the exported layers")
+    return checked
 
 
 def _float_graph(model: nn.Module, example_inputs: tuple, opset: int) -> onnx.ModelProto:

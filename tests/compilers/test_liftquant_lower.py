@@ -71,3 +71,11 @@ def test_format_names_and_refusals():
     x = torch.randn(1, 3, 8, 8)
     with pytest.raises(ValueError, match="LiftQuant is lowered for Linear .matmul. weights only"):
         lower(import_torch(model, (x,)), make_plan(model, "liftquant:2.4"))
+
+
+def test_onnx_export_refuses_liftquant_by_name(tmp_path):
+    from edgekit.compilers.onnx_export import export_onnx
+
+    model = seeded(MLP)
+    with pytest.raises(ValueError, match="ONNX export does not cover LiftQuant yet .layers fc1, fc2."):
+        export_onnx(model, (torch.randn(1, 64),), make_plan(model, "liftquant:2.4"), tmp_path / "m.onnx")
