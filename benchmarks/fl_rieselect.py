@@ -1,0 +1,90 @@
+"""RieSelect against full upload, random layers and top-k layers by update norm (run by hand, with nice).
+
+    nice python benchmarks/fl_rieselect.py [--clients 4] [--rounds-per-task 5] [--local-steps 10]
+                                           [--budget 0.25] [--seeds 0,1] [-o benchmarks/results/fl_rieselect.json]
+
+The byte-level LM (LMConfig.tiny) learns stdlib packages in order (``edgekit.fl_job.
+CONTINUAL_TASKS``: email, asyncio, encodings) across ``--clients`` clients on the in-process
+engine. Each round a client may upload ``--budget`` of its update's bytes (the selective
+methods; ``full`` uploads everything). Reported per method, mean over seeds: the average
+final validation loss over all tasks (nats per byte, lower is better), forgetting (final
+loss of each earlier task minus its loss when its rounds ended) and total uplink bytes
+(the real serialized payloads; RieSelect's include its Fisher diagonals, once per task).
+Every finished run is kept in ``<output stem>_runs/`` and reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+SELECTIONS = ("full", "random", "topk", "rieselect")
+
+
+def one_run(job: dict, done_dir: Path) -> dict:
+    import torch
+
+    from edgekit.federated.rieselect import ContinualSettings, run_continual
+    from edgekit.fl_job import continual_lm_workload
+    from edgekit.simulators.files import atomic_write
+
+    kept = done_dir / f"{job['selection']}_b{job['budget_fraction']}_s{job['seed']}.json"
+    if kept.exists():
+        saved = json.loads(kept.read_text())
+        if saved["job"] == job:
+            return saved
+    torch.set_num_threads(1)
+    workload = continual_lm_workload(job["clients"], seed=job["seed"])
+    result, _, summary = run_continual(ContinualSettings(**job), workload)
+    out = {"job": job, **summary,
+           "steps": [r.metrics.get("step") for r in result.records[1:]],
+           "layer_fraction": float(np.mean([r.metrics["layer_fraction"] for r in result.records[1:]]))}
+    atomic_write(kept, json.dumps(out) + "\n")
+    print(f"{job['selection']} budget {job['budget_fraction']} seed {job['seed']}: average loss "
+          f"{summary['average_loss']:.4f}, forgetting {summary['forgetting']:.4f}, "
+          f"uplink {summary['uplink_bytes'] / 1e6:.2f} MB", flush=True)
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--rounds-per-task", type=int, default=5)
+    parser.add_argument("--local-steps", type=int, default=10)
+    parser.add_argument("--budget", type=float, default=0.25)
+    parser.add_argument("--basin", type=float, default=0.05)
+    parser.add_argument("--risk-weight", type=float, default=1.0)
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_rieselect.json"))
+    args = parser.parse_args()
+    done_dir = args.output.with_name(f"{args.output.stem}_runs")
+    done_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [{"selection": selection, "clients": args.clients, "rounds_per_task": args.rounds_per_task,
+             "local_steps": args.local_steps, "budget_fraction": 1.0 if selection == "full" else args.budget,
+             "basin": args.basin, "risk_weight": args.risk_weight, "seed": int(seed)}
+            for seed in args.seeds.split(",") for selection in SELECTIONS]
+    runs = [one_run(job, done_dir) for job in jobs]
+
+    from edgekit.output import markdown_table
+    from edgekit.provenance import provenance
+    from edgekit.simulators.files import atomic_write
+
+    rows = []
+    for selection in SELECTIONS:
+        mine = [r for r in runs if r["job"]["selection"] == selection]
+        rows.append({"method": selection, "budget": mine[0]["job"]["budget_fraction"],
+                     "average loss": f"{np.mean([r['average_loss'] for r in mine]):.4f} ± "
+                                     f"{np.std([r['average_loss'] for r in mine]):.4f}",
+                     "forgetting": f"{np.mean([r['forgetting'] for r in mine]):.4f}",
+                     "uplink MB": round(float(np.mean([r["uplink_bytes"] for r in mine])) / 1e6, 3),
+                     "layers sent": round(float(np.mean([r["layer_fraction"] for r in mine])), 3)})
+    print(markdown_table(rows))
+    atomic_write(args.output, json.dumps({"meta": provenance(0), "table": rows, "runs": runs}, indent=1) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
