@@ -52,7 +52,7 @@ class ReportPlan:
 def check_plan(models, formats, targets, deploy_params=None, tiny=False,
                latency_rounds=LATENCY_ROUNDS) -> ReportPlan:
     """Names checked against the registries, each error listing what is valid."""
-    from edgekit.compilers.plan import check_weight_format, weight_format_names
+    from edgekit.compilers.plan import check_weight_format, is_liftquant, weight_format_names
     from edgekit.targets import load_target, target_names
 
     models = list(models or DEFAULT_MODELS)
@@ -66,6 +66,9 @@ def check_plan(models, formats, targets, deploy_params=None, tiny=False,
             checked_formats.append(check_weight_format(name))
         except ValueError:
             raise ValueError(f"unknown format {name!r}; allowed: {', '.join(weight_format_names())}") from None
+        if is_liftquant(checked_formats[-1]):  # scored by edgekit quantize, not yet by the report's evaluator
+            raise ValueError(f"format {name!r}: LiftQuant is not part of the report yet; measure it with "
+                             "`edgekit quantize MODEL --bits B` (and compile with --format liftquant:B)")
     if FLOAT not in checked_formats:
         checked_formats.insert(0, FLOAT)  # every other format is read against float
     target_list = list(targets or DEFAULT_TARGETS)
