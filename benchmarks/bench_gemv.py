@@ -106,23 +106,15 @@ def matmul_onnx(path: Path, w: np.ndarray) -> None:
     onnx.save(model, str(path))
 
 
-def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]:
+def float_baseline_cases(w: np.ndarray, x: np.ndarray, threads: int, tmp: Path) -> list[Case]:
+    """``x @ w.T`` in float32: onnxruntime's MatMul (each variant of ``ort_variants``) and torch eager."""
     import torch
-    import tvm
 
-    from edgekit.compilers.build import schedule_cpu_kernel
-    from edgekit.compilers.lower import choose_layout, dense_function, weight_constants
     from edgekit.compilers.onnx_export import onnx_session
-    from edgekit.simulators import dequantize, quantize
-    from edgekit.targets import tvm_target
 
-    rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((n, k), dtype=np.float32) * 0.02).astype(np.float32)
-    x = rng.standard_normal((1, k), dtype=np.float32)
     ref_fp32 = x.astype(np.float64) @ w.astype(np.float64).T
     float_bytes = w.nbytes + x.nbytes
     cases = []
-
     path = tmp / "gemv.onnx"
     matmul_onnx(path, w)
     for name, level, ort_threads in ort_variants(threads):
@@ -144,6 +136,21 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]
 
     cases.append(Case("torch eager fp32", "fp32", 32.0, float_bytes, python_timer(torch_call),
                       "perf_counter, F.linear", relative_error(torch_call().numpy(), ref_fp32)))
+    return cases
+
+
+def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]:
+    import tvm
+
+    from edgekit.compilers.build import schedule_cpu_kernel
+    from edgekit.compilers.lower import choose_layout, dense_function, weight_constants
+    from edgekit.simulators import dequantize, quantize
+    from edgekit.targets import tvm_target
+
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((n, k), dtype=np.float32) * 0.02).astype(np.float32)
+    x = rng.standard_normal((1, k), dtype=np.float32)
+    cases = float_baseline_cases(w, x, threads, tmp)
 
     target = tvm_target("host")
     for fmt in ("fp32", *FORMATS):

@@ -30,25 +30,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gemv import (
     MAX_REL_ERR,
     Case,
-    matmul_onnx,
-    ort_variants,
+    float_baseline_cases,
     relative_error,
     rows_of,
     run_rounds,
     tvm_timer,
 )
 
-from edgekit.bench_job import configure_tvm_threads, python_timer
+from edgekit.bench_job import configure_tvm_threads
 
 
 def cases(n: int, k: int, fmt: str, threads: int, tmp: Path, seed: int,
           codes: Path | None = None) -> tuple[list[Case], dict]:
-    import torch
     import tvm
     from tvm import relax
 
     from edgekit.compilers.liftquant_kernels import layer_kernels, layer_module, schedule_cpu
-    from edgekit.compilers.onnx_export import onnx_session
     from edgekit.simulators.formats import get_liftquant_format
     from edgekit.simulators.liftquant import load_tensors, quantize, save_tensors
     from edgekit.targets import tvm_target
@@ -74,25 +71,7 @@ def cases(n: int, k: int, fmt: str, threads: int, tmp: Path, seed: int,
             "relative_weight_mse": float(((w_hat - w) ** 2).mean() / (w.astype(np.float64) ** 2).mean())}
     print(f"{n}x{k} at {q.format.name}: {q.bits_per_weight:.4f} bits/weight, encoded in "
           f"{'an earlier run' if encode_s is None else f'{encode_s:.1f} s'}", flush=True)
-    out = []
-    ref_fp32 = x.astype(np.float64) @ w.astype(np.float64).T
-    path = tmp / "gemv.onnx"
-    matmul_onnx(path, w)
-    for name, level, ort_threads in ort_variants(threads):
-        session = onnx_session(path, threads=ort_threads, level=level)
-        feeds = {"x": x}
-        y = session.run(None, feeds)[0]
-        out.append(Case(name, "fp32", 32.0, w.nbytes + x.nbytes,
-                        python_timer(lambda s=session, f=feeds: s.run(None, f)),
-                        f"perf_counter, ORT {level}, {ort_threads} intra-op threads", relative_error(y, ref_fp32)))
-    xt, wt = torch.from_numpy(x), torch.from_numpy(w)
-
-    def torch_call():
-        with torch.inference_mode():
-            return torch.nn.functional.linear(xt, wt)
-
-    out.append(Case("torch eager fp32", "fp32", 32.0, w.nbytes + x.nbytes, python_timer(torch_call),
-                    "perf_counter, F.linear", relative_error(torch_call().numpy(), ref_fp32)))
+    out = float_baseline_cases(w, x, threads, tmp)
 
     target = tvm_target("host")
     ref = x.astype(np.float64) @ w_hat.T
