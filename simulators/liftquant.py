@@ -24,8 +24,10 @@ every layer of a configuration and counted once per model (:func:`codebook_bytes
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -41,6 +43,10 @@ from .liftquant_layout import chunks_per_row, decode, pack_codes, row_bytes, unp
 from .liftquant_search import DEFAULT_STARTS, check_search
 
 SCALE_ROUNDS = 1  # encode, then fit the scales to the codes
+# A model's evaluation and its builds for several targets encode the same weights in one
+# process; the encoding is deterministic, so they share it instead of searching again.
+RECENT_ENCODINGS = 256
+_recent: OrderedDict[tuple, LiftQuantTensor] = OrderedDict()
 ML_DTYPES = {"e4m3": ml_dtypes.float8_e4m3fn}  # group-scale element types the encoder can round to
 
 
@@ -233,13 +239,28 @@ def quantize(w, format: str | LiftQuantFormat = "liftquant_24to10", *, input_sca
     E4M3 group scale along a row (a multiple of d), or None for row scales only.
     rotate/seed: the incoherence rotation. search: ``exact``, ``fast`` or ``fast+local``
     (default: exact up to D = 16, else fast+local with ``starts`` starting codes).
+    The last few encodings are kept: the same weight and arguments return the same
+    (read-only) tensor without searching again.
     """
     fmt = get_liftquant_format(format)
     w = check_weight(w)
-    rows, width = w.shape
     group_size = check_group_size(group_size, fmt.chunk)
     search = check_search(search or default_search(fmt), fmt.lifted)
-    m = check_input_scales(fmt, input_scales, width)
+    m = check_input_scales(fmt, input_scales, w.shape[1])
+    key = (fmt.name, w.shape, hashlib.sha256(w.tobytes()).hexdigest(), None if m is None else m.tobytes(),
+           group_size, rotate, seed, search, starts)
+    if key in _recent:
+        _recent.move_to_end(key)
+        return _recent[key]
+    _recent[key] = encoded = _encode(fmt, w, m, group_size, rotate, seed, search, starts)
+    if len(_recent) > RECENT_ENCODINGS:
+        _recent.popitem(last=False)
+    return encoded
+
+
+def _encode(fmt: LiftQuantFormat, w: np.ndarray, m: np.ndarray | None, group_size: int | None, rotate: bool,
+            seed: int, search: str, starts: int) -> LiftQuantTensor:
+    rows, width = w.shape
     rotation = Incoherence(width, seed) if rotate else None
     codebook = load_codebook(fmt)
     d, D = fmt.chunk, fmt.lifted

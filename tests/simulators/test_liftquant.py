@@ -143,3 +143,15 @@ def test_bad_input():
         quantize(w * 1e7, FMT)  # row RMS about 5e5
     with pytest.raises(ValueError, match="alpha must be in"):
         awq_input_scales(np.ones(3), 2.0)
+
+
+def test_an_encoding_is_reused_only_for_the_same_weight_and_arguments():
+    w = np.random.default_rng(3).standard_normal((16, 40)).astype(np.float32)
+    first = quantize(w, "liftquant_8to4")
+    assert quantize(w.copy(), "liftquant_8to4") is first
+    assert quantize(w, "liftquant_8to4", seed=1) is not first
+    assert quantize(w, "liftquant_6to4") is not first
+    changed = w.copy()
+    changed[5, 7] += 1.0
+    again = quantize(changed, "liftquant_8to4")
+    assert again is not first and not np.array_equal(again.dequantize(), first.dequantize())
