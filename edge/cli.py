@@ -14,18 +14,26 @@ from .output import OUTPUT_FORMATS, markdown_table, write_result
 
 
 class FormatName(click.ParamType):
-    """A number format name from the format table (``mxfp4``, ``mxint8@64``, ``nvfp4`` ...)."""
+    """A number format name from the format table (``mxfp4``, ``mxint8@64``, ``nvfp4`` ...), and with
+    ``liftquant=True`` also a LiftQuant configuration (``liftquant:2.4``, ``liftquant_24to10``)."""
 
     name = "format"
 
+    def __init__(self, liftquant: bool = False):
+        self.liftquant = liftquant
+
     def convert(self, value, param, ctx):
         from edgekit.simulators import get_format
+        from edgekit.simulators.liftquant_codebooks import parse_liftquant
 
+        text = value.strip().lower()
         try:
+            if self.liftquant and text.startswith("liftquant"):
+                return parse_liftquant(text).name
             get_format(value)
         except ValueError as err:
             self.fail(str(err), param, ctx)
-        return value.strip().lower()
+        return text
 
 
 class BlockList(click.ParamType):
@@ -208,9 +216,9 @@ def train(name, config_items, tiny, retrain, save, cache_dir, output, output_for
 
 @main.command(name="eval")
 @click.argument("model", metavar="MODEL")
-@click.option("--format", "formats_", type=FormatName(), multiple=True,
-              help="Quantize the weights of every Linear/Conv layer in this format first (repeatable); "
-                   "the float model is always scored too.")
+@click.option("--format", "formats_", type=FormatName(liftquant=True), multiple=True,
+              help="Quantize the weights of every Linear/Conv layer in this format first (repeatable; "
+                   "liftquant:BITS or liftquant_DtoD code Linear layers only); the float model is always scored too.")
 @config_options
 @cache_dir_option
 @output_options(default_name=None)
@@ -272,7 +280,8 @@ def comma_list(text: str | None) -> list[str] | None:
 @main.command()
 @click.option("--models", default=None, metavar="A,B", help="Models to report (default: lm,fluxnet,meanflow_policy).")
 @click.option("--formats", default=None, metavar="F,G",
-              help="Weight formats (default: fp32 and every MX format and NVFP4); fp32 is always included.")
+              help="Weight formats (default: fp32, every MX format, NVFP4 and LiftQuant 16to8, 24to10, 12to4, "
+                   "16to4; liftquant:BITS picks a configuration); fp32 is always included.")
 @click.option("--targets", default=None, metavar="T,U",
               help="Targets to compile for (default: host,h100,rpi4); CPU targets that run here are also timed.")
 @click.option("--deploy-params", "deploy_items", multiple=True, metavar="MODEL=COUNT",

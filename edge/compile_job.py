@@ -102,12 +102,19 @@ def cuda_arch(target, tvm_tgt) -> str | None:
 
 
 def layer_totals(layers: dict) -> dict:
-    """Bytes of codes and scales over all planned layers, and their effective bits per weight."""
+    """Bytes of codes and scales over all planned layers, and their effective bits per weight.
+
+    A LiftQuant configuration's codebook is stored once per model and counted once.
+    """
+    from edgekit.simulators.formats import LIFTQUANT_FORMATS
+    from edgekit.simulators.liftquant import codebook_bytes
+
     numel = sum(r.weights for r in layers.values())
-    stored = sum(r.codes_bytes + r.scales_bytes + r.tensor_scale_bytes for r in layers.values())
+    books = sum(codebook_bytes(LIFTQUANT_FORMATS[f]) for f in {r.format for r in layers.values()} & set(LIFTQUANT_FORMATS))
+    stored = sum(r.codes_bytes + r.scales_bytes + r.tensor_scale_bytes for r in layers.values()) + books
     return {"weights": numel, "codes_bytes": sum(r.codes_bytes for r in layers.values()),
             "scales_bytes": sum(r.scales_bytes + r.tensor_scale_bytes for r in layers.values()),
-            "weight_bits": 8.0 * stored / numel if numel else None}
+            "codebook_bytes": books, "weight_bits": 8.0 * stored / numel if numel else None}
 
 
 class PreflightError(ValueError):

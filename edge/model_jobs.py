@@ -14,7 +14,16 @@ from pathlib import Path
 
 from edgekit.models import registry, weights
 from edgekit.models.cache import read_json, source_digest, write_json
-from edgekit.simulators import codec, formats, kernels
+from edgekit.simulators import (
+    codec,
+    formats,
+    incoherence,
+    kernels,
+    liftquant,
+    liftquant_codebooks,
+    liftquant_layout,
+    liftquant_search,
+)
 
 EVALUATIONS = "evaluations.json"
 FLOAT = "fp32"
@@ -22,7 +31,8 @@ FLOAT = "fp32"
 
 def evaluation_code(entry: registry.ModelEntry) -> str:
     """What a cached evaluation depends on beyond the model: its scorer and the quantizers."""
-    return source_digest(*entry.sources, weights, codec, kernels, formats)
+    return source_digest(*entry.sources, weights, codec, kernels, formats, liftquant, liftquant_search,
+                         liftquant_codebooks, liftquant_layout, incoherence)
 
 
 def parameter_count(model) -> int:

@@ -21,13 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.models import registry
+from edgekit.models import registry, weights
 
 from .build_cache import artifact_bytes, cached_build, compiler_code
 from .model_jobs import FLOAT, evaluate_formats
 
 DEFAULT_MODELS = ("lm", "fluxnet", "meanflow_policy")
-DEFAULT_FORMATS = ("fp32", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxint4", "mxfp4", "nvfp4")
+DEFAULT_FORMATS = ("fp32", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxint4", "mxfp4", "nvfp4",
+                   "liftquant_16to8", "liftquant_24to10", "liftquant_12to4", "liftquant_16to4")  # 2, 2.4, 3, 4 code bits
 DEFAULT_TARGETS = ("host", "h100", "rpi4")
 # Parameter counts of a realistic deployment of each method, for the memory budget: a
 # 7B-parameter LLM, a 100M-parameter PDE surrogate, a 300M-parameter robot policy.
@@ -52,7 +53,7 @@ class ReportPlan:
 def check_plan(models, formats, targets, deploy_params=None, tiny=False,
                latency_rounds=LATENCY_ROUNDS) -> ReportPlan:
     """Names checked against the registries, each error listing what is valid."""
-    from edgekit.compilers.plan import check_weight_format, is_liftquant, weight_format_names
+    from edgekit.compilers.plan import check_weight_format
     from edgekit.targets import load_target, target_names
 
     models = list(models or DEFAULT_MODELS)
@@ -60,15 +61,7 @@ def check_plan(models, formats, targets, deploy_params=None, tiny=False,
     if unknown:
         raise ValueError(f"unknown model{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                          f"registered: {', '.join(registry.model_names())}")
-    checked_formats = []
-    for name in formats or DEFAULT_FORMATS:
-        try:
-            checked_formats.append(check_weight_format(name))
-        except ValueError:
-            raise ValueError(f"unknown format {name!r}; allowed: {', '.join(weight_format_names())}") from None
-        if is_liftquant(checked_formats[-1]):  # scored by edgekit quantize, not yet by the report's evaluator
-            raise ValueError(f"format {name!r}: LiftQuant is not part of the report yet; measure it with "
-                             "`edgekit quantize MODEL --bits B` (and compile with --format liftquant:B)")
+    checked_formats = [check_weight_format(name) for name in formats or DEFAULT_FORMATS]
     if FLOAT not in checked_formats:
         checked_formats.insert(0, FLOAT)  # every other format is read against float
     target_list = list(targets or DEFAULT_TARGETS)
@@ -92,6 +85,23 @@ def check_plan(models, formats, targets, deploy_params=None, tiny=False,
         raise ValueError(f"latency rounds must be at least 1, got {latency_rounds}")
     return ReportPlan(models, list(dict.fromkeys(checked_formats)), target_list, deploy, tiny, latency_rounds,
                       target_names())
+
+
+def codable_formats(name: str, model, formats: list[str]) -> tuple[list[str], list[dict]]:
+    """(formats that can code ``model``, a row with the reason for each that cannot).
+
+    LiftQuant codes Linear weights only, so a model with convolutions is reported without
+    it rather than scored in a form no build could run.
+    """
+    codable, skipped = [], []
+    for fmt in formats:
+        try:
+            weights.check_codable(model, fmt)
+        except ValueError as err:
+            skipped.append({"model": name, "format": fmt, "reason": str(err)})
+        else:
+            codable.append(fmt)
+    return codable, skipped
 
 
 def time_build(library: Path, inputs: list[np.ndarray], rounds: int) -> dict:
@@ -153,8 +163,12 @@ def budget_fit(models: list[dict], evaluations: dict, builds: list[dict], plan: 
                 value = ev[model["metric"]]
                 if ev["format"] in runnable and weight_bytes <= budget and math.isfinite(value):
                     candidates.append((value if better else -value, -ev["bits/weight"], ev, weight_bytes))
+            if not runnable:
+                rows.append({**row, "fits": None, "memory_bytes": memory,
+                             "note": f"nothing was built for a {target.device} target in this report"})
+                continue
             if not candidates:
-                smallest = min(evaluations[name], key=lambda e: e["bits/weight"])
+                smallest = min((e for e in evaluations[name] if e["format"] in runnable), key=lambda e: e["bits/weight"])
                 rows.append({**row, "fits": False, "memory_bytes": memory,
                              "note": f"no runnable format fits: {smallest['format']} needs "
                                      f"{plan.deploy_params[name] * smallest['bits/weight'] / 8 / 2**30:.1f} GiB"})
@@ -180,7 +194,7 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
     threads, note = configure_tvm_threads(os.cpu_count() or 1)
     if note:
         log(note)
-    models, evaluations, builds, latencies = [], {}, [], []
+    models, evaluations, builds, latencies, skipped = [], {}, [], [], []
     total = len(plan.models)
     for index, name in enumerate(plan.models, 1):
         entry = registry.get_model(name)
@@ -194,12 +208,16 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
                        "deploy_params": plan.deploy_params[name], "checkpoint": str(trained.checkpoint),
                        "cache_key": directory.name, "train_source": "cache" if trained.cached else "measured",
                        "train_seconds": trained.train_seconds, "config": registry.cache.config_dict(config)})
-        log(f"[{index}/{total}] {name}: scoring {len(plan.formats)} formats")
+        formats, not_codable = codable_formats(name, trained.model, plan.formats)
+        skipped += not_codable
+        for row in not_codable:
+            log(f"[{index}/{total}] {name}: skipping {row['format']}: {row['reason']}")
+        log(f"[{index}/{total}] {name}: scoring {len(formats)} formats")
         evaluations[name] = [{"model": name, **row} for row in
-                             evaluate_formats(entry, config, trained.model, plan.formats, directory,
+                             evaluate_formats(entry, config, trained.model, formats, directory,
                                               progress=progress and partial(progress, desc=f"eval {name}"))]
         inputs = [t.numpy() for t in entry.example_inputs(config)]
-        jobs = [(t, f) for t in plan.targets for f in plan.formats]
+        jobs = [(t, f) for t in plan.targets for f in formats]
         log(f"[{index}/{total}] {name}: {len(jobs)} builds ({', '.join(plan.targets)})")
         for target_spec, fmt in (progress(jobs, desc=f"build {name}") if progress else jobs):
             target = load_target(target_spec)
@@ -222,4 +240,4 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
     return {"setup": {"tvm_threads": threads, "latency_rounds": plan.latency_rounds, "tiny": plan.tiny,
                       "memory_for_weights": MEMORY_FOR_WEIGHTS, "compiler_code": code},
             "models": models, "evaluations": [row for rows in evaluations.values() for row in rows],
-            "builds": builds, "latency": latencies, "budget": budget_fit(models, evaluations, builds, plan)}
+            "not_applicable": skipped, "builds": builds, "latency": latencies, "budget": budget_fit(models, evaluations, builds, plan)}

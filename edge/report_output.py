@@ -100,6 +100,7 @@ def render_markdown(document: dict) -> str:
               f"{meta['versions']['edgekit']}, {meta['seconds']:.0f} s; `{meta['command']}`"),
              "## Models\n\n" + markdown_table(model_rows(document)),
              "## Accuracy against bit-width\n\n" + markdown_table(evaluation_rows(document)),
+             "## Not applicable\n\n" + (markdown_table(document["not_applicable"]) if document["not_applicable"] else "(none)"),
              "## Builds, sizes and host latency\n\n" + markdown_table(build_rows(document)),
              "## What fits where\n\n" + budget_note(document) + "\n\n" + markdown_table(budget_rows(document))]
     return "\n\n".join(parts) + "\n"
@@ -155,6 +156,8 @@ Host latency is always measured in this run.</p>
 <h2>Accuracy against bit-width</h2>
 {_img(accuracy_png, "metric against bits per weight, one panel per model")}
 {_table_html(evaluation_rows(document))}
+<h2>Not applicable</h2>
+{_table_html(document["not_applicable"])}
 <h2>Latency and size against bit-width</h2>
 {_img(latency_png, "host latency and build size against bits per weight")}
 {_table_html(build_rows(document))}

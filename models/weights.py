@@ -1,4 +1,9 @@
-"""Weights of a torch model through a simulated number format."""
+"""Weights of a torch model through a simulated number format.
+
+A format is a block format of the simulators' table (``mxfp4``, ``nvfp4`` ...) or a
+LiftQuant configuration (``liftquant_24to10``). LiftQuant codes Linear weights only: its
+kernels are matrix products, so a model with convolutions has no LiftQuant form.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgekit.simulators import BlockFormat, get_format, quantize, quantize_dequantize
+from edgekit.simulators import BlockFormat, get_format, liftquant, quantize, quantize_dequantize
+from edgekit.simulators.formats import LIFTQUANT_PREFIX, LiftQuantFormat, get_liftquant_format
 
 QUANTIZED_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
 
@@ -18,27 +24,69 @@ def quantizable_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: m.weight for name, m in model.named_modules() if isinstance(m, QUANTIZED_LAYERS)}
 
 
-def quantized_copy(model: nn.Module, format: str | BlockFormat) -> nn.Module:
+def liftquant_format(format) -> LiftQuantFormat | None:
+    """The LiftQuant configuration ``format`` names, or None for a block format."""
+    if isinstance(format, LiftQuantFormat):
+        return format
+    if isinstance(format, str) and format.strip().lower().startswith(LIFTQUANT_PREFIX):
+        return get_liftquant_format(format)
+    return None
+
+
+def uncoded_layers(model: nn.Module, format) -> list[str]:
+    """Layers of ``model`` that ``format`` cannot code: the convolutions, for LiftQuant."""
+    if liftquant_format(format) is None:
+        return []
+    return [name for name, m in model.named_modules() if isinstance(m, (nn.Conv1d, nn.Conv2d))]
+
+
+def check_codable(model: nn.Module, format) -> None:
+    layers = uncoded_layers(model, format)
+    if layers:
+        raise ValueError(f"format {format!r}: LiftQuant codes Linear weights only, and this model has "
+                         f"{len(layers)} convolution{'s' if len(layers) > 1 else ''} ({', '.join(layers[:3])}"
+                         f"{', ...' if len(layers) > 3 else ''}); use a block format for it")
+
+
+def _rows(weight: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(weight.detach().cpu().float().numpy())
+
+
+def quantized_copy(model: nn.Module, format: str | BlockFormat | LiftQuantFormat) -> nn.Module:
     """A copy of ``model`` whose Linear/Conv weights hold the values ``format`` can represent.
 
     Blocks run along each weight's input-channel axis (axis 1), the reduction axis of
-    the matrix product, as hardware block-scaled matrix units read them. Biases and
-    other parameters stay in float32.
+    the matrix product, as hardware block-scaled matrix units read them. LiftQuant codes
+    each Linear weight with the simulators' default pipeline (rotation, row scales,
+    default search), the same encoding ``edgekit compile --format liftquant:B`` builds.
+    Biases and other parameters stay in float32.
     """
-    fmt = get_format(format)
+    lifted = liftquant_format(format)
+    if lifted is not None:
+        check_codable(model, lifted.name)
+    fmt = None if lifted else get_format(format)
     out = copy.deepcopy(model)
     with torch.no_grad():
         for weight in quantizable_weights(out).values():
-            w = np.ascontiguousarray(weight.detach().cpu().float().numpy())
-            weight.copy_(torch.from_numpy(quantize_dequantize(w, fmt, axis=1)))
+            w = _rows(weight)
+            coded = liftquant.quantize(w, lifted).dequantize() if lifted else quantize_dequantize(w, fmt, axis=1)
+            weight.copy_(torch.from_numpy(coded))
     return out
 
 
-def bits_per_weight(model: nn.Module, format: str | BlockFormat | None) -> float:
-    """Stored bits per Linear/Conv weight in ``format`` (None: float32), every scale included."""
+def bits_per_weight(model: nn.Module, format: str | BlockFormat | LiftQuantFormat | None) -> float:
+    """Stored bits per Linear/Conv weight in ``format`` (None: float32), every scale included.
+
+    For LiftQuant: codes, scales and rotations of every layer, and each configuration's
+    codebook once.
+    """
     if format is None:
         return 32.0
-    fmt = get_format(format)
-    tensors = [w.detach().cpu().float().numpy() for w in quantizable_weights(model).values()]
-    return 8.0 * sum(quantize(np.ascontiguousarray(w), fmt, axis=1).nbytes for w in tensors) / sum(
-        w.size for w in tensors)
+    tensors = [_rows(w) for w in quantizable_weights(model).values()]
+    lifted = liftquant_format(format)
+    if lifted is not None:
+        check_codable(model, lifted.name)
+        stored = sum(liftquant.layer_nbytes(lifted, w.shape) for w in tensors) + liftquant.codebook_bytes(lifted)
+    else:
+        stored = sum(quantize(w, get_format(format), axis=1).nbytes for w in tensors)
+    return 8.0 * stored / sum(w.size for w in tensors)

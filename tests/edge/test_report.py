@@ -17,7 +17,10 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SMALL = ["--models", "digits", "--formats", "mxfp4,mxint8", "--targets", "host,rpi4", "--tiny", "--rounds", "2"]
+SMALL = ["--models", "digits", "--formats", "mxfp4,mxint8,liftquant:2", "--targets", "host,rpi4", "--tiny", "--rounds", "2"]
+
+
+LIFTQUANT = "liftquant_16to8"  # what liftquant:2 names
 
 
 def run(*args):
@@ -40,14 +43,22 @@ def test_report_files_and_schema(report):
     assert f"report written: {(out / 'index.html').resolve()}" in result.stdout
     document = json.loads((out / "report.json").read_text())
     validate(document)
-    assert document["meta"]["plan"]["formats"] == ["fp32", "mxfp4", "mxint8"]
-    assert {(e["format"], e["source"]) for e in document["evaluations"]} == {
-        ("fp32", "measured"), ("mxfp4", "measured"), ("mxint8", "measured")}
+    formats = ["fp32", "mxfp4", "mxint8", LIFTQUANT]
+    assert document["meta"]["plan"]["formats"] == formats
+    assert {(e["format"], e["source"]) for e in document["evaluations"]} == {(f, "measured") for f in formats}
+    assert document["not_applicable"] == []  # the digits MLP is all Linear layers
+    scores = {e["format"]: e for e in document["evaluations"]}
+    assert scores["mxint8"]["bits/weight"] > scores[LIFTQUANT]["bits/weight"] > 2  # codes, scales and side data
+    assert scores[LIFTQUANT]["accuracy"] > 0.5  # digits, 10 classes: the coded model still classifies
     assert {(b["target"], b["format"]) for b in document["builds"] if b["built"]} == {
-        (t, f) for t in ("host", "rpi4") for f in ("fp32", "mxfp4", "mxint8")}
-    assert [r["target"] for r in document["latency"]] == ["host"] * 3  # rpi4 does not run here
+        (t, f) for t in ("host", "rpi4") for f in formats}
+    for b in document["builds"]:  # the build stores what the evaluation counted
+        assert b["weight_bits"] == pytest.approx(scores[b["format"]]["bits/weight"], rel=1e-6), b["format"]
+    assert [r["target"] for r in document["latency"]] == ["host"] * 4  # rpi4 does not run here
     fits = {r["target"]: r for r in document["budget"] if r["fits"]}
-    assert fits["rpi4"]["format"] in ("fp32", "mxfp4", "mxint8")
+    assert fits["rpi4"]["format"] in formats
+    unbuilt = {r["target"]: r for r in document["budget"] if r["device"] == "cuda"}
+    assert unbuilt["h100"]["fits"] is None and "nothing was built for a cuda target" in unbuilt["h100"]["note"]
     broken = dict(document, evaluations=[{**document["evaluations"][0], "source": "guessed"}])
     with pytest.raises(ValueError, match="evaluations/0/source"):
         validate(broken)
@@ -90,7 +101,7 @@ def test_second_run_reads_the_cache(report):
     (["--models", "digits,gpt"], "unknown model 'gpt'; registered: digits"),
     (["--formats", "mxfp5"], "unknown format 'mxfp5'; allowed: fp32, fp16, mxfp8_e4m3"),
     (["--targets", "pdp11"], "unknown target 'pdp11'"),
-    (["--formats", "liftquant:2.4"], "LiftQuant is not part of the report yet"),
+    (["--formats", "liftquant:9"], "no LiftQuant configuration codes 9 bits per weight; offered: 1.25"),
     (["--deploy-params", "gpt=1e9"], "--deploy-params names unknown model 'gpt'"),
     (["--deploy-params", "lm=lots"], "must look like MODEL=COUNT"),
 ])
@@ -132,3 +143,15 @@ def test_interrupted_run_leaves_no_report_and_resumes(tmp_path, monkeypatch):
     document = json.loads((tmp_path / "out" / "report.json").read_text())
     assert [b["source"] for b in document["builds"]].count("cache") == 1
     assert document["models"][0]["train_source"] == "cache"
+
+
+def test_liftquant_is_left_out_of_models_with_convolutions():
+    from edgekit.models import registry
+    from edgekit.report_job import codable_formats
+
+    entry = registry.get_model("fluxnet")
+    model = entry.build(registry.make_config(entry, tiny=True))
+    codable, skipped = codable_formats("fluxnet", model, ["fp32", "mxfp4", LIFTQUANT])
+    assert codable == ["fp32", "mxfp4"]
+    assert [(r["model"], r["format"]) for r in skipped] == [("fluxnet", LIFTQUANT)]
+    assert "Linear weights only" in skipped[0]["reason"] and "convolution" in skipped[0]["reason"]
