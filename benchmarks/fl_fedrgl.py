@@ -32,19 +32,11 @@ METHODS = {"fedavg": {"method": "fedavg"}, "fedprox": {"method": "fedprox"},
 LAST = 5
 
 
-def load_graph(name: str, planetoid: Path, seed: int):
-    from edgekit.federated.graphs import csbm, load_planetoid
-
-    if name == "csbm":
-        return csbm(2000, 5, 128, avg_degree=8, homophily=0.8, signal=1.0, seed=seed)
-    return load_planetoid(name, planetoid)
-
-
 def one_run(job: dict, planetoid: Path, done_dir: Path) -> dict:
     import torch
 
-    from edgekit.federated.fedrgl import GraphSettings, run_graph
-    from edgekit.federated.graphs import client_data
+    from edgekit.federated.fedrgl import GraphSettings, graph_summary, run_graph
+    from edgekit.federated.graphs import client_data, load_graph
     from edgekit.simulators.files import atomic_write
 
     kept = done_dir / (f"{job['graph']}_{job['clients']}_{job['noise']}{job['rate']}_s{job['seed']}_"
@@ -58,12 +50,8 @@ def one_run(job: dict, planetoid: Path, done_dir: Path) -> dict:
     clients = client_data(graph, job["clients"], noise=job["noise"], rate=job["rate"], seed=job["seed"])
     settings = GraphSettings(**METHODS[job["label"]], seed=job["seed"])
     result, grid = run_graph(settings, clients, graph.num_classes, job["rounds"])
-    accuracy = [r.metrics["eval"]["accuracy"] for r in result.records]
-    filtered = [r.metrics for r in result.records if "filter_precision" in r.metrics]
-    out = {"job": job, "accuracy": accuracy, "score": float(np.mean(accuracy[-LAST:])),
-           "filter_precision": float(np.mean([m["filter_precision"] for m in filtered])) if filtered else None,
-           "filter_recall": float(np.mean([m["filter_recall"] for m in filtered])) if filtered else None,
-           "bytes": grid.bytes.total, "sim_time": result.records[-1].sim_time}
+    out = {"job": job, **graph_summary(result.records, LAST), "bytes": grid.bytes.total,
+           "sim_time": result.records[-1].sim_time}
     atomic_write(kept, json.dumps(out) + "\n")
     print(f"{job['graph']} {job['clients']} clients {job['noise']} {job['rate']} seed {job['seed']} {job['label']}: "
           f"{out['score']:.3f}", flush=True)

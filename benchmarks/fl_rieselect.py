@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-SELECTIONS = ("full", "random", "topk", "rieselect")
+from edgekit.federated.choices import SELECTIONS
 
 
 def one_run(job: dict, done_dir: Path) -> dict:
@@ -38,10 +38,8 @@ def one_run(job: dict, done_dir: Path) -> dict:
             return saved
     torch.set_num_threads(1)
     workload = continual_lm_workload(job["clients"], seed=job["seed"])
-    result, _, summary = run_continual(ContinualSettings(**job), workload)
-    out = {"job": job, **summary,
-           "steps": [r.metrics.get("step") for r in result.records[1:]],
-           "layer_fraction": float(np.mean([r.metrics["layer_fraction"] for r in result.records[1:]]))}
+    _, _, summary = run_continual(ContinualSettings(**job), workload)
+    out = {"job": job, **summary}
     atomic_write(kept, json.dumps(out) + "\n")
     print(f"{job['selection']} budget {job['budget_fraction']} seed {job['seed']}: average loss "
           f"{summary['average_loss']:.4f}, forgetting {summary['forgetting']:.4f}, "

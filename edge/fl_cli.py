@@ -7,8 +7,19 @@ import re
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
-from edgekit.federated.choices import COMPRESSIONS, ENGINES, METHOD_NAMES, MIXINGS
+from edgekit.federated.choices import (
+    COMPRESSIONS,
+    ENGINES,
+    GRAPH_METHODS,
+    GRAPHS,
+    INPROC_ONLY,
+    METHOD_NAMES,
+    MIXINGS,
+    NOISES,
+    SELECTIONS,
+)
 from edgekit.federated.topology import TOPOLOGIES
 
 from .output import markdown_table
@@ -53,18 +64,44 @@ class Quantity(click.ParamType):
 RATE, DURATION = Quantity("rate", parse_rate), Quantity("duration", parse_duration)
 PROBABILITY = click.FloatRange(0.0, 1.0)
 
+# The options (by parameter name) that only some methods read; giving one to another method is an error.
+ONLY_FOR = {"mixing_steps": ("gossip",), "topology": ("gossip",), "mixing": ("gossip",),
+            "compression": ("diloco", "gossip"), "eval_every": ("diloco", "gossip"),
+            "checkpoint": ("diloco", "gossip"), "config_items": ("diloco", "gossip", "rieselect"),
+            **dict.fromkeys(("graph", "planetoid", "noise", "noise_rate", "warmup", "graph_method"), ("fedrgl",)),
+            **dict.fromkeys(("tasks", "budget", "selection"), ("rieselect",))}
+# Per-method defaults of --inner-steps and --rounds (FedRGL: past its 10 warm-up rounds;
+# RieSelect: 4 rounds per task of the default 3)
+DEFAULT_INNER_STEPS = {"diloco": 20, "gossip": 20, "fedrgl": 5, "rieselect": 10}
+DEFAULT_ROUNDS = {"diloco": 10, "gossip": 10, "fedrgl": 20, "rieselect": 12}
+
+
+def reject_foreign_options(ctx: click.Context, method: str, engine: str) -> None:
+    """Options that ``method`` does not read, and engines it cannot run on, as errors naming the option."""
+    for param in ctx.command.params:
+        allowed = ONLY_FOR.get(param.name)
+        if allowed and method not in allowed and ctx.get_parameter_source(param.name) is not ParameterSource.DEFAULT:
+            raise click.BadParameter(f"applies to {', '.join(allowed)} only, not to {method}",
+                                     param_hint=param.get_error_hint(ctx))
+    if method in INPROC_ONLY and engine != "inproc":
+        raise click.BadParameter(f"{method} runs on the inproc engine only; {engine} is not supported for it yet",
+                                 param_hint="--engine")
+
 
 @click.group()
 def fl():
-    """Train across weakly connected devices: DiLoCo and gossip DiLoCo on Flower, over simulated links."""
+    """Train across weakly connected devices on Flower, over simulated links: DiLoCo, gossip DiLoCo,
+    FedRGL (graphs with noisy labels) and RieSelect (continual learning, selective uplink)."""
 
 
 @fl.command()
 @click.argument("method", type=click.Choice(METHOD_NAMES))
 @click.option("--clients", type=click.IntRange(2), default=8, show_default=True, help="Workers, one data share each.")
-@click.option("--rounds", type=click.IntRange(1), default=10, show_default=True)
-@click.option("-H", "--inner-steps", type=click.IntRange(1), default=20, show_default=True,
-              help="Inner AdamW steps per worker per round.")
+@click.option("--rounds", type=click.IntRange(1), default=None,
+              help="Rounds (default: diloco, gossip 10; fedrgl 20; rieselect 12, the same number for each task).")
+@click.option("-H", "--inner-steps", type=click.IntRange(1), default=None,
+              help="Local steps per worker per round: AdamW steps (default: diloco, gossip 20; rieselect 10) "
+                   "or full-batch epochs (fedrgl, default 5).")
 @click.option("-k", "--mixing-steps", type=click.IntRange(0), default=0, show_default=True,
               help="gossip: blocking mixing steps after each outer update.")
 @click.option("--topology", type=click.Choice(TOPOLOGIES), default="ring", show_default=True, help="gossip: graph.")
@@ -93,6 +130,25 @@ def fl():
 @click.option("--config", "config_items", multiple=True, metavar="KEY=VALUE",
               help="LM config override on top of its tiny config (repeatable), e.g. --config width=128.")
 @click.option("--eval-every", type=click.IntRange(1), default=1, show_default=True)
+@click.option("--graph", type=click.Choice(GRAPHS), default="csbm", show_default=True,
+              help="fedrgl: a generated CSBM graph (2000 nodes, 5 classes) or a Planetoid graph from --planetoid.")
+@click.option("--planetoid", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="fedrgl: directory of the Planetoid raw files (ind.cora.x, ...) [default: ../shared/data/planetoid "
+                   "beside the edgekit checkout].")
+@click.option("--noise", type=click.Choice(NOISES), default="uniform", show_default=True,
+              help="fedrgl: train labels flipped to any other class, or to the next class.")
+@click.option("--noise-rate", type=click.FloatRange(0.0, 1.0, max_open=True), default=0.3, show_default=True,
+              help="fedrgl: mean fraction of flipped train labels (clients spread from 0.5 to 1.5 times it).")
+@click.option("--warmup", type=click.IntRange(0), default=10, show_default=True,
+              help="fedrgl: rounds of plain FedAvg before filtering starts.")
+@click.option("--graph-method", type=click.Choice(GRAPH_METHODS), default="fedrgl", show_default=True,
+              help="fedrgl: FedRGL, or a baseline to compare it with.")
+@click.option("--tasks", default="email,asyncio,encodings", show_default=True,
+              help="rieselect: stdlib packages the LM learns one after another, comma separated.")
+@click.option("--budget", type=click.FloatRange(0.0, 1.0, min_open=True), default=0.25, show_default=True,
+              help="rieselect: fraction of an update's bytes a client may upload per round.")
+@click.option("--selection", type=click.Choice(SELECTIONS), default="rieselect", show_default=True,
+              help="rieselect: which layers to upload: RieSelect, or a baseline (every layer, random, top-k by norm).")
 @click.option("--engine", type=click.Choice(ENGINES), default="inproc", show_default=True,
               help="In process over the simulated network, Flower's simulation engine (Ray), or its deployment "
                    "engine (a SuperLink and SuperNodes on loopback).")
@@ -105,11 +161,16 @@ def fl():
               help="PyTorch threads (clients run one after another; more threads than free cores slow it down).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default="fl.json",
               show_default=True, help="JSON report; the plot goes beside it (.png).")
-def run(method, clients, rounds, inner_steps, mixing_steps, topology, mixing, compression, bandwidth, latency,
+@click.pass_context
+def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixing, compression, bandwidth, latency,
         jitter, drop, outage, outage_period, device, efficiency, straggler, straggler_slowdown, deadline, seed,
-        config_items, eval_every, engine, superlink, checkpoint, threads, output):
-    """Train the byte-level LM with METHOD across simulated edge devices; write a JSON + PNG report.
+        config_items, eval_every, graph, planetoid, noise, noise_rate, warmup, graph_method, tasks, budget, selection,
+        engine, superlink, checkpoint, threads, output):
+    """Train with METHOD across simulated edge devices; write a JSON + PNG report.
 
+    diloco and gossip train the byte-level LM; fedrgl trains a GCN on a graph's Louvain
+    clients with noisy labels (test accuracy each round); rieselect trains the LM on stdlib
+    packages one after another, uploading part of each update (loss and forgetting per task).
     Time is simulated: compute is FLOPs over the device's speed, a transfer is latency plus
     its real serialized bytes over the bandwidth. Each round's record says which updates
     were missing or rejected and how each was handled.
@@ -132,16 +193,24 @@ def run(method, clients, rounds, inner_steps, mixing_steps, topology, mixing, co
         raise click.BadParameter(f"must be a client index below --clients {clients}, or -1", param_hint="--straggler")
     if superlink is not None and engine != "deployment":
         raise click.BadParameter("applies to --engine deployment only", param_hint="--superlink")
+    reject_foreign_options(ctx, method, engine)
+    rounds = rounds or DEFAULT_ROUNDS[method]
+    if method == "fedrgl" and graph_method == "fedrgl" and warmup >= rounds:
+        raise click.BadParameter(f"{warmup} warm-up rounds leave none of --rounds {rounds} for FedRGL's filter; "
+                                 "use fewer", param_hint="--warmup")
     for item in config_items:
         if "=" not in item or " " in item.strip():
             raise click.BadParameter(f"{item!r} must look like KEY=VALUE (e.g. width=128)", param_hint="--config")
     try:
-        settings = RunSettings(method=method, clients=clients, rounds=rounds, inner_steps=inner_steps,
+        settings = RunSettings(method=method, clients=clients, rounds=rounds,
+                               inner_steps=inner_steps or DEFAULT_INNER_STEPS[method],
                                mixing_steps=mixing_steps, topology=topology, mixing=mixing, compression=compression,
                                bandwidth_bps=bandwidth, latency_s=latency, jitter_s=jitter, drop=drop, outage=outage,
                                outage_period_s=outage_period, device_flops=peak * efficiency, straggler=straggler,
                                straggler_slowdown=straggler_slowdown, deadline_s=deadline or 0.0, seed=seed,
-                               model_config=" ".join(config_items), eval_every=eval_every)
+                               model_config=" ".join(config_items), eval_every=eval_every, graph=graph,
+                               planetoid=str(planetoid or ""), noise=noise, noise_rate=noise_rate, warmup=warmup,
+                               graph_method=graph_method, tasks=tasks, budget=budget, selection=selection)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     torch.set_num_threads(threads)
@@ -149,20 +218,21 @@ def run(method, clients, rounds, inner_steps, mixing_steps, topology, mixing, co
 
     def on_round(record):
         bar.update(record.round - bar.n)
-        loss = record.metrics.get("eval", {}).get("loss")
-        bar.set_postfix(sim_s=f"{record.sim_time:.1f}", **({"loss": f"{loss:.3f}"} if loss is not None else {}))
+        shown = {key: f"{value:.3f}" for key, value in record.metrics.get("eval", {}).items()
+                 if key in ("loss", "accuracy") and value is not None}
+        bar.set_postfix(sim_s=f"{record.sim_time:.1f}", **shown)
 
     try:
         sections = run_fl(settings, engine, output, checkpoint=checkpoint, superlink=superlink, on_round=on_round,
                           log=lambda msg: click.echo(msg, err=True))
-    except (ValueError, RuntimeError) as err:
+    except (ValueError, RuntimeError, FileNotFoundError) as err:
         raise click.ClickException(str(err)) from None
     finally:
         bar.close()
     if sections is None:
         return
     summary = sections["summary"]
-    click.echo(markdown_table([{k: v for k, v in summary.items() if not isinstance(v, dict)}]))
+    click.echo(markdown_table([{k: v for k, v in summary.items() if not isinstance(v, (dict, list))}]))
     click.echo(f"wrote {output} and {output.with_suffix('.png')}", err=True)
 
 

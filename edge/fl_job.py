@@ -28,17 +28,20 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from edgekit.federated.apps import (
     RunSettings,
+    deadline,
     make_client_app,
     make_server_app,
     parse_progress,
     run_in_process,
 )
-from edgekit.federated.choices import ENGINES
-from edgekit.federated.engine import RunResult
+from edgekit.federated.choices import ENGINES, INPROC_ONLY
+from edgekit.federated.engine import GlobalModelStrategy, RunResult
+from edgekit.federated.fedrgl import GraphSettings, graph_summary, run_graph
 from edgekit.federated.flower_run import Federation, LocalFederation, write_app
+from edgekit.federated.graphs import ClientGraph, client_data, load_graph
 from edgekit.federated.network_grid import NetworkGrid
 from edgekit.federated.records import RoundRecord
-from edgekit.federated.rieselect import ContinualWorkload
+from edgekit.federated.rieselect import ContinualSettings, ContinualWorkload, run_continual
 from edgekit.federated.workload import Workload
 from edgekit.models import lm
 from edgekit.models.registry import make_config, parse_config_items
@@ -49,6 +52,7 @@ from .provenance import provenance
 
 FL_DATA = {"max_train_bytes": 2_400_000}  # on top of LMConfig.tiny: ~300 KB of source per worker of 8
 RUN_TIMEOUT_S = 3600.0
+PLANETOID_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "planetoid"  # Cora, CiteSeer
 
 
 # -- the workload -------------------------------------------------------------------------------
@@ -167,6 +171,50 @@ def continual_lm_workload(clients: int, tasks: tuple[str, ...] = CONTINUAL_TASKS
     return ContinualWorkload(build, batch_loss, evaluate, len(tasks), lr=config.lr, flops_per_step=step_flops(config))
 
 
+def graph_clients(settings: RunSettings) -> tuple[list[ClientGraph], int]:
+    """FedRGL's clients (Louvain parts of ``settings.graph`` with noisy train labels) and the class count."""
+    graph = load_graph(settings.graph, settings.planetoid or PLANETOID_DIR, settings.seed)
+    return (client_data(graph, settings.clients, noise=settings.noise, rate=settings.noise_rate, seed=settings.seed),
+            graph.num_classes)
+
+
+def graph_settings(settings: RunSettings) -> GraphSettings:
+    return GraphSettings(method=settings.graph_method, local_epochs=settings.inner_steps, warmup=settings.warmup,
+                         seed=settings.seed)
+
+
+def continual_settings(settings: RunSettings) -> ContinualSettings:
+    return ContinualSettings(selection=settings.selection, clients=settings.clients,
+                             rounds_per_task=settings.rounds // len(settings.task_names),
+                             local_steps=settings.inner_steps, budget_fraction=settings.budget, seed=settings.seed)
+
+
+def run_inproc(settings: RunSettings, *, checkpoint: str | None = None,
+               on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
+    """Any method on the in-process engine over ``settings``' simulated network; FedRGL's and
+    RieSelect's own numbers (accuracy and filter counts; per-task loss, forgetting, uplink
+    bytes) join the run's summary."""
+    if settings.method not in INPROC_ONLY:
+        return run_in_process(settings, workload_for, checkpoint=checkpoint, on_round=on_round)
+    if checkpoint is not None:
+        raise ValueError(f"checkpoints are not supported yet for {settings.method}")
+
+    def timeout(strategy: GlobalModelStrategy) -> float:
+        return deadline(settings, strategy, strategy.flops_per_round)
+
+    if settings.method == "fedrgl":
+        clients, classes = graph_clients(settings)
+        result, grid = run_graph(graph_settings(settings), clients, classes, settings.rounds,
+                                 network=settings.network(), deadline=timeout, on_round=on_round)
+        result.summary.update(graph_summary(result.records))
+        return result, grid
+    workload = continual_lm_workload(settings.clients, settings.task_names, settings.seed, settings.model_config)
+    result, grid, summary = run_continual(continual_settings(settings), workload, network=settings.network(),
+                                          deadline=timeout, on_round=on_round)
+    result.summary.update(summary)
+    return result, grid
+
+
 # -- reports --------------------------------------------------------------------------------------
 
 def summarize(settings: RunSettings, result: RunResult) -> dict:
@@ -201,6 +249,10 @@ def run_label(settings: dict) -> str:
     method = settings["method"]
     if method == "gossip":
         method += f" k={settings['mixing-steps']} {settings['topology']}"
+    elif method == "fedrgl":  # the graph method may be a baseline
+        method = f"{settings['graph-method']} {settings['graph']} {settings['noise']} {settings['noise-rate']:g}"
+    elif method == "rieselect":
+        method = f"{settings['selection']} uplink" + ("" if settings["selection"] == "full" else f" {settings['budget']:g}")
     return method
 
 
@@ -211,13 +263,40 @@ def _series(sections: dict):
             [r["metrics"]["eval"]["loss"] for r in evaluated])
 
 
+EXTRA_PANELS = (("round", "test accuracy"), ("round", "train labels the filter kept (fraction)"),
+                ("round", "each task's validation loss (nats/byte)"))
+
+
+def _extra_series(sections: dict) -> list[list[tuple[str, list, list]]]:
+    """For each of ``EXTRA_PANELS``, this run's (label suffix, x, y) lines: FedRGL's test accuracy
+    and filter, RieSelect's per-task losses; none for methods that have no such numbers."""
+    rounds = sections["rounds"]
+    evaluated = [r for r in rounds if "eval" in r["metrics"]]
+    accuracy = [(r["round"], r["metrics"]["eval"]["accuracy"]) for r in evaluated if "accuracy" in r["metrics"]["eval"]]
+    kept = [(r["round"], r["metrics"]["clean_fraction"]) for r in rounds if "clean_fraction" in r["metrics"]]
+    tasks = [(r["round"], r["metrics"]["eval"]["task_losses"]) for r in evaluated
+             if "task_losses" in r["metrics"]["eval"]]
+    names = sections["settings"].get("tasks", "").split(",")
+    return [[("", *map(list, zip(*accuracy)))] if accuracy else [],
+            [("", *map(list, zip(*kept)))] if kept else [],
+            [(f" {names[t]}", [n for n, _ in tasks], [losses[t] for _, losses in tasks])
+             for t in range(len(tasks[0][1]))] if tasks else []]
+
+
 def fl_plot(runs: list[tuple[str, dict]], path: str | Path, title: str = "Federated training") -> None:
     """Six panels over the runs: validation loss against simulated wall-clock and against inner
     steps; per round, worker disagreement, cumulative compute utilization, cumulative bytes sent
-    and the simulated duration of the round."""
+    and the simulated duration of the round. A third row when a run has them: FedRGL's test
+    accuracy and the fraction of train labels its filter kept, RieSelect's loss of each task."""
     from .plots import plt  # pyplot on the file-only backend
 
-    fig, axes = plt.subplots(2, 3, figsize=(15, 7.5))
+    extras = [(label, _extra_series(sections)) for label, sections in runs]
+    rows = 3 if any(any(panels) for _, panels in extras) else 2
+    fig, axes = plt.subplots(rows, 3, figsize=(15, 3.75 * rows), squeeze=False)
+    for label, panels in extras if rows == 3 else []:
+        for ax, lines in zip(axes[2], panels):
+            for suffix, x, y in lines:
+                ax.plot(x, y, marker="o", ms=2, lw=1.2, label=label + suffix)
     for label, sections in runs:
         times, steps, losses = _series(sections)
         rounds = [r for r in sections["rounds"] if r["round"] > 0]
@@ -228,21 +307,31 @@ def fl_plot(runs: list[tuple[str, dict]], path: str | Path, title: str = "Federa
         axes[1][0].plot(numbers, [r["metrics"].get("utilization") for r in rounds], lw=1.2)
         axes[1][1].plot(numbers, np.cumsum([r["bytes_sent"] for r in rounds]) / 1e6, lw=1.2)
         axes[1][2].plot(numbers, np.diff([0.0, *[r["sim_time"] for r in rounds]]), lw=1.2)
-    labels = [("simulated wall-clock (s)", "validation loss (nats/byte)"),
-              ("inner steps per worker", "validation loss (nats/byte)"),
+    loss = "validation loss (nats; LM: per byte, GCN: test nodes)"
+    labels = [("simulated wall-clock (s)", loss), ("inner steps per worker", loss),
               ("round", "worker disagreement (relative)"), ("round", "compute utilization (cumulative)"),
-              ("round", "bytes sent (MB, cumulative)"), ("round", "simulated round time (s)")]
+              ("round", "bytes sent (MB, cumulative)"), ("round", "simulated round time (s)"), *EXTRA_PANELS]
     for ax, (xlabel, ylabel) in zip(axes.flat, labels):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
+    if rows == 3 and axes[2][2].lines:
+        axes[2][2].legend(fontsize=7)  # one line per task and run
+    for ax in axes[2] if rows == 3 else []:
+        if not ax.lines:  # a panel of a method none of these runs used
+            ax.set_axis_off()
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
     plt.close(fig)
     atomic_write(path, buf.getvalue())
+
+
+# columns only some methods fill (FedRGL, RieSelect), shown when a compared run has them
+METHOD_COLUMNS = {"accuracy": "final_accuracy", "accuracy (last 5)": "score", "filter precision": "filter_precision",
+                  "forgetting": "forgetting", "layers sent": "layer_fraction"}
 
 
 def render_summary(rows: list[dict]) -> list[dict]:
@@ -254,9 +343,12 @@ def render_summary(rows: list[dict]) -> list[dict]:
         out.append({"run": run_label(s), "bandwidth Mbit/s": s["bandwidth-bps"] / 1e6, "drop": s["drop"],
                     "outage": s["outage"], "straggler": s["straggler"], "final loss": summary["final_loss"],
                     "sim time (s)": summary["sim_time"], "utilization": summary["utilization"],
-                    "MB sent": bytes_.get("total", 0) / 1e6, "disagreement": summary["mean_disagreement"],
-                    "missing": summary["missing_updates"], "rejected": summary["rejected_updates"]})
-    return out
+                    "MB sent": bytes_.get("total", 0) / 1e6, "MB up": bytes_.get("up", 0) / 1e6,
+                    "disagreement": summary["mean_disagreement"],
+                    "missing": summary["missing_updates"], "rejected": summary["rejected_updates"],
+                    **{column: summary.get(key) for column, key in METHOD_COLUMNS.items()}})
+    present = {column for column in METHOD_COLUMNS if any(row[column] is not None for row in out)}
+    return [{k: v for k, v in row.items() if k not in METHOD_COLUMNS or k in present} for row in out]
 
 
 # -- running ------------------------------------------------------------------------------------------
@@ -284,10 +376,12 @@ def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
     if superlink is not None and engine != "deployment":
         raise ValueError(f"a SuperLink address applies to the deployment engine, not to {engine!r}")
+    if settings.method in INPROC_ONLY and engine != "inproc":
+        raise ValueError(f"{settings.method} runs on the inproc engine only; the {engine} engine is not supported "
+                         "for it yet")
     output = Path(output).resolve()
     if engine == "inproc":
-        result, grid = run_in_process(settings, workload_for, checkpoint=str(checkpoint) if checkpoint else None,
-                                      on_round=on_round)
+        result, grid = run_inproc(settings, checkpoint=str(checkpoint) if checkpoint else None, on_round=on_round)
         sections = report_sections(settings, result, engine, grid)
         write_report(output, sections, settings.seed)
         return sections

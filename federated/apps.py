@@ -8,7 +8,8 @@ run in process (:func:`run_in_process`), on Flower's simulation engine and on it
 deployment engine. A method is an entry of :data:`METHODS`: a function of the settings,
 the initial parameters and the FLOPs of one inner step that returns an
 :class:`~.engine.EdgeStrategy`; its ClientApp handlers are registered by an entry of
-:data:`CLIENT_HANDLERS`.
+:data:`CLIENT_HANDLERS`. The methods of ``choices.INPROC_ONLY`` (FedRGL, RieSelect) share the
+run config and :func:`deadline` but run through their own in-process runners.
 """
 
 from __future__ import annotations
@@ -27,12 +28,11 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log as flwr_log
 
 from . import diloco, gossip
-from .choices import METHOD_NAMES
+from .choices import GRAPH_METHODS, GRAPHS, INPROC_ONLY, METHOD_NAMES, NOISES, SELECTIONS
 from .compression import check_compression, packed_nbytes
 from .engine import EdgeStrategy, RunResult, run_rounds
-from .inproc_grid import InProcessGrid
 from .links import LinkSpec, Network
-from .network_grid import NetworkGrid
+from .network_grid import NetworkGrid, in_process_network
 from .records import RoundRecord
 from .topology import TOPOLOGIES
 from .workload import Workload, evaluate_arrays, parameters_of
@@ -44,7 +44,14 @@ DEADLINE_SLACK = 1.5  # an automatic deadline is this many times the healthy exc
 class RunSettings:
     """One federated run. ``straggler`` is the client index that computes ``straggler_slowdown``
     times slower (-1: none); ``deadline_s`` 0 picks one automatically (see :func:`deadline`);
-    ``model_config`` is the workload's own ``KEY=VALUE`` settings, space separated."""
+    ``model_config`` is the workload's own ``KEY=VALUE`` settings, space separated.
+
+    ``fedrgl`` reads ``graph`` (from ``planetoid``, a directory, unless csbm), ``noise``,
+    ``noise_rate``, ``warmup`` and ``graph_method`` (FedRGL or a baseline), with
+    ``inner_steps`` local epochs; ``rieselect`` learns the comma-separated stdlib packages
+    ``tasks`` in order, ``rounds / len(tasks)`` rounds each, uploading ``budget`` of each
+    update's bytes as ``selection`` (RieSelect or a baseline) picks, with ``inner_steps``
+    local steps. Other methods ignore these."""
 
     method: str = "diloco"
     clients: int = 8
@@ -70,12 +77,28 @@ class RunSettings:
     seed: int = 0
     model_config: str = ""
     eval_every: int = 1
+    graph: str = "csbm"
+    planetoid: str = ""
+    noise: str = "uniform"
+    noise_rate: float = 0.3
+    warmup: int = 10
+    graph_method: str = "fedrgl"
+    tasks: str = "email,asyncio,encodings"
+    budget: float = 0.25
+    selection: str = "rieselect"
     checkpoint: str = ""
     output: str = ""
 
     def __post_init__(self):
-        if self.method not in METHODS:
-            raise ValueError(f"unknown method {self.method!r}; allowed: {', '.join(METHODS)}")
+        if self.method not in METHOD_NAMES:
+            raise ValueError(f"unknown method {self.method!r}; allowed: {', '.join(METHOD_NAMES)}")
+        for name, allowed in (("graph", GRAPHS), ("noise", NOISES), ("graph_method", GRAPH_METHODS),
+                              ("selection", SELECTIONS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; allowed: {', '.join(allowed)}")
+        if self.method == "rieselect" and self.rounds % len(self.task_names):
+            raise ValueError(f"rounds ({self.rounds}) must be a multiple of the number of tasks "
+                             f"({len(self.task_names)}: {', '.join(self.task_names)}); each task gets the same rounds")
         for name in ("clients", "rounds", "inner_steps", "eval_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -91,6 +114,10 @@ class RunSettings:
         if self.deadline_s < 0:
             raise ValueError(f"deadline must be positive seconds, or 0 for automatic; got {self.deadline_s}")
         self.network()  # the link and device values are checked there
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
 
     def network(self) -> Network:
         link = LinkSpec(self.bandwidth_bps, self.latency_s, self.jitter_s, self.drop, self.outage,
@@ -131,16 +158,17 @@ def _gossip(settings: RunSettings, initial: dict, flops_per_step: float) -> Edge
 
 
 METHODS: dict[str, Callable[[RunSettings, dict, float], EdgeStrategy]] = {"diloco": _diloco, "gossip": _gossip}
-assert tuple(METHODS) == METHOD_NAMES, "choices.METHOD_NAMES must list exactly the methods implemented here"
+assert tuple(METHODS) == tuple(m for m in METHOD_NAMES if m not in INPROC_ONLY), \
+    "choices.METHOD_NAMES must list exactly the methods implemented here, and those of INPROC_ONLY"
 CLIENT_HANDLERS: list[Callable[[ClientApp, Callable[[Context], Workload]], None]] = [
     diloco.register_client, gossip.register_client]
 
 
-def deadline(settings: RunSettings, strategy: EdgeStrategy, workload: Workload) -> float:
+def deadline(settings: RunSettings, strategy: EdgeStrategy, round_flops: float) -> float:
     """The deadline of one exchange, simulated seconds: ``settings.deadline_s``, or when 0,
-    ``DEADLINE_SLACK`` times the healthy time of what the method waits for: a DiLoCo round
-    (download, compute, upload) measured from its start; a gossip payload's transfer,
-    measured from when the receiver needs it."""
+    ``DEADLINE_SLACK`` times the healthy time of what the method waits for: a round of a
+    global model (download, ``round_flops`` of a client's compute, upload) measured from its
+    start; a gossip payload's transfer, measured from when the receiver needs it."""
     if settings.deadline_s > 0:
         return settings.deadline_s
     link = settings.network().client
@@ -153,7 +181,7 @@ def deadline(settings: RunSettings, strategy: EdgeStrategy, workload: Workload) 
     update = payload(strategy.update_reference, settings.compression)
     if strategy.p2p:
         return DEADLINE_SLACK * link.nominal_seconds(update)
-    compute = settings.inner_steps * workload.flops_per_step / settings.device_flops
+    compute = round_flops / settings.device_flops
     params = payload(strategy.reference, "none")
     return DEADLINE_SLACK * (link.nominal_seconds(params) + compute + link.nominal_seconds(update))
 
@@ -161,9 +189,11 @@ def deadline(settings: RunSettings, strategy: EdgeStrategy, workload: Workload) 
 def execute(settings: RunSettings, workload: Workload, grid: NetworkGrid, *, checkpoint: str | None = None,
             on_round: Callable[[RoundRecord], None] | None = None) -> RunResult:
     """Run ``settings.method`` on ``grid`` with ``workload``, evaluating the model centrally."""
+    if settings.method not in METHODS:
+        raise ValueError(f"{settings.method} is not a Flower app yet: it runs in process only (on the inproc engine)")
     initial = parameters_of(workload.build_model())
     strategy = METHODS[settings.method](settings, initial, workload.flops_per_step)
-    timeout = deadline(settings, strategy, workload)
+    timeout = deadline(settings, strategy, settings.inner_steps * workload.flops_per_step)
     result = run_rounds(strategy, grid, settings.rounds, timeout=timeout,
                         evaluate=lambda _, arrays: evaluate_arrays(workload, arrays), eval_every=settings.eval_every,
                         checkpoint=checkpoint, config={k: v for k, v in settings.run_config().items()
@@ -189,8 +219,8 @@ def run_in_process(settings: RunSettings, workload_for: Callable[[RunSettings], 
                    checkpoint: str | None = None,
                    on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
     """The run on the in-process engine: every client in this process, over the simulated network."""
-    inner = InProcessGrid(make_client_app(workload_for), settings.clients, settings.run_config())
-    grid = NetworkGrid(inner, settings.network())
+    grid = in_process_network(make_client_app(workload_for), settings.clients, settings.network(),
+                              settings.run_config())
     return execute(settings, workload_for(settings), grid, checkpoint=checkpoint, on_round=on_round), grid
 
 

@@ -1,10 +1,18 @@
-"""The names a user picks from (methods, engines, compressions, mixings), with no heavy imports.
+"""The names a user picks from (methods, engines, compressions, mixings, graphs), with no heavy imports.
 
 The command line builds its choices from these at import time, so listing them must not
 load Flower or PyTorch; the modules that implement each choice import the names from here.
 """
 
-METHOD_NAMES = ("diloco", "gossip")  # apps.METHODS implements exactly these
+METHOD_NAMES = ("diloco", "gossip", "fedrgl", "rieselect")
+# Methods with their own in-process runner (fedrgl.run_graph, rieselect.run_continual): they
+# are not Flower apps of apps.METHODS yet, so Flower's engines cannot run them.
+INPROC_ONLY = ("fedrgl", "rieselect")
 ENGINES = ("inproc", "ray", "deployment")
 COMPRESSIONS = ("none", "mxint8", "mxfp4")
 MIXINGS = ("metropolis", "exact")
+PLANETOID = ("cora", "citeseer")
+GRAPHS = ("csbm", *PLANETOID)  # csbm is generated; the Planetoid graphs are read from disk
+NOISES = ("uniform", "pair")
+GRAPH_METHODS = ("fedavg", "fedprox", "fedavg+filter", "fedrgl")
+SELECTIONS = ("full", "random", "topk", "rieselect")

@@ -36,16 +36,15 @@ from flwr.clientapp import ClientApp
 from torch import nn
 from torch.nn import functional as F
 
+from .choices import GRAPH_METHODS
 from .compression import from_record, to_record
 from .engine import GlobalModelStrategy, RunResult, run_rounds
 from .graphs import ClientGraph
-from .inproc_grid import InProcessGrid
 from .links import LinkSpec, Network
-from .network_grid import NetworkGrid
+from .network_grid import NetworkGrid, in_process_network
 from .records import RoundRecord
 from .workload import load_parameters, parameters_of
 
-GRAPH_METHODS = ("fedavg", "fedprox", "fedavg+filter", "fedrgl")
 TRAIN_ACTION = "graph"
 
 
@@ -210,7 +209,8 @@ def local_round(data: ClientGraph, global_params: dict[str, np.ndarray], setting
     if filtering:
         clean = dual_consistency_filter(model, x, adj, train, labels, settings)
         truly = labels == data.labels[train]
-        metrics.update(clean_fraction=float(clean.mean()),
+        metrics.update(clean_nodes=int(clean.sum()), filtered_nodes=int((~clean).sum()),
+                       clean_fraction=float(clean.mean()),
                        filter_precision=float(truly[clean].mean()) if clean.any() else 0.0,
                        filter_recall=float(clean[truly].mean()) if truly.any() else 0.0)
     contrast = settings.method == "fedrgl" and filtering
@@ -299,6 +299,8 @@ class GraphFL(GlobalModelStrategy):
         self.last_metrics = {key: float(np.mean([float(m[key]) for m in metrics if key in m]))
                              for key in ("clean_fraction", "filter_precision", "filter_recall", "pseudo_labels", "entropy")
                              if any(key in m for m in metrics)}
+        self.last_metrics.update({key: sum(int(m[key]) for m in metrics if key in m)
+                                  for key in ("clean_nodes", "filtered_nodes") if any(key in m for m in metrics)})
         self.last_metrics["weights"] = [round(float(w), 4) for w in weights]
         return None, MetricRecord({"updates": len(replies)})
 
@@ -320,10 +322,13 @@ def register_client(app: ClientApp, clients_for: Callable[[Context], Sequence[Cl
 
 
 def run_graph(settings: GraphSettings, clients: Sequence[ClientGraph], num_classes: int, rounds: int, *,
-              link: LinkSpec | None = None, device_flops: float = 1e10, checkpoint: str | None = None,
+              network: Network | None = None, deadline: Callable[[GraphFL], float] | None = None,
+              checkpoint: str | None = None,
               on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
     """``settings.method`` for ``rounds`` rounds on the in-process engine over a simulated network
-    (default: 10 Mbit/s links with 50 ms latency), the global model's test accuracy every round."""
+    (default: 10 Mbit/s links with 50 ms latency), the global model's test accuracy every round.
+    ``deadline`` gives the exchange deadline for the strategy (simulated seconds, see
+    :func:`.apps.deadline`); without one the server waits for every reply that is not lost."""
     initial = parameters_of(build_gcn(clients[0].features.shape[1], num_classes, settings))
     biggest = max(clients, key=lambda c: len(c.labels))
     flops = settings.local_epochs * gcn_flops(len(biggest.labels), 2 * biggest.edges.shape[1] + len(biggest.labels),
@@ -331,11 +336,27 @@ def run_graph(settings: GraphSettings, clients: Sequence[ClientGraph], num_class
     strategy = GraphFL(initial, settings, flops)
     app = ClientApp()
     register_client(app, lambda _: clients)
-    grid = NetworkGrid(InProcessGrid(app, len(clients)),
-                       Network(link or LinkSpec(10e6, 0.05), device_flops, seed=settings.seed))
+    grid = in_process_network(app, len(clients), network or Network(LinkSpec(10e6, 0.05), 1e10, seed=settings.seed))
+    timeout = deadline(strategy) if deadline is not None else None
 
     def evaluate(_, arrays):
         return test_accuracy(gcn_like(arrays, settings), clients)
 
-    return run_rounds(strategy, grid, rounds, evaluate=evaluate, checkpoint=checkpoint,
-                      config={"graph": asdict(settings), "rounds": rounds}, on_round=on_round), grid
+    result = run_rounds(strategy, grid, rounds, timeout=timeout, evaluate=evaluate, checkpoint=checkpoint,
+                        config={"graph": asdict(settings), "rounds": rounds}, on_round=on_round)
+    result.summary["deadline_s"] = timeout
+    return result, grid
+
+
+def graph_summary(records: Sequence[RoundRecord], last: int = 5) -> dict:
+    """What a graph run comes to: test accuracy per round and its mean over the ``last`` rounds
+    (the score: round-to-round swings under label noise are a few points), and the filter's
+    means over the rounds it ran (precision and recall of the labels it kept, per client) and
+    its counts in the last round it ran (summed over clients)."""
+    accuracy = [r.metrics["eval"]["accuracy"] for r in records if "eval" in r.metrics]
+    filtered = [r.metrics for r in records if "filter_precision" in r.metrics]
+    return {"accuracy": accuracy, "final_accuracy": accuracy[-1], "score": float(np.mean(accuracy[-last:])),
+            "filter_precision": float(np.mean([m["filter_precision"] for m in filtered])) if filtered else None,
+            "filter_recall": float(np.mean([m["filter_recall"] for m in filtered])) if filtered else None,
+            "clean_nodes": filtered[-1]["clean_nodes"] if filtered else None,
+            "filtered_nodes": filtered[-1]["filtered_nodes"] if filtered else None}

@@ -4,9 +4,10 @@ Louvain clients, per-client node splits and label noise.
 A :class:`Graph` is node features, labels (-1: the node has none) and undirected edges.
 :func:`load_planetoid` reads the standard Planetoid raw files (``ind.<name>.x`` ...), as
 graph libraries do when they load Cora or CiteSeer; :func:`csbm` generates a contextual
-stochastic block model graph. :func:`louvain_clients` partitions a graph into clients the
-usual way of federated graph learning: Louvain communities, largest first, each to the
-client that has the fewest nodes so far; every client keeps the subgraph its nodes induce
+stochastic block model graph; :func:`load_graph` gives either by name.
+:func:`louvain_clients` partitions a graph into clients the usual way of federated graph
+learning: Louvain communities, largest first, each to the client that has the fewest nodes
+so far; every client keeps the subgraph its nodes induce
 (edges between clients are lost). :func:`client_data` splits each client's labelled nodes
 into train and test, and :func:`noisy_labels` corrupts the train labels.
 """
@@ -23,8 +24,8 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-PLANETOID = ("cora", "citeseer")
-NOISES = ("uniform", "pair")
+from .choices import NOISES, PLANETOID
+
 _PARTS = ("x", "y", "tx", "ty", "allx", "ally", "graph")
 
 
@@ -121,6 +122,14 @@ def csbm(num_nodes: int = 2000, num_classes: int = 5, num_features: int = 128, a
     features = signal * means[labels] + rng.normal(size=(num_nodes, num_features)) / math.sqrt(num_features)
     return Graph(features.astype(np.float32), labels.astype(np.int64), np.stack([i[keep], j[keep]]).astype(np.int64),
                  num_classes, f"csbm-h{homophily:g}")
+
+
+def load_graph(name: str, planetoid_root: str | Path, seed: int = 0) -> Graph:
+    """A graph by name: ``csbm`` (the default CSBM graph, drawn from ``seed``) or a Planetoid
+    graph read from ``planetoid_root``."""
+    if name == "csbm":
+        return csbm(seed=seed)
+    return load_planetoid(name, planetoid_root)
 
 
 def louvain_clients(graph: Graph, clients: int, seed: int = 0) -> list[np.ndarray]:

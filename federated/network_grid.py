@@ -34,9 +34,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from flwr.app import Message, RecordDict
+from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
+from .inproc_grid import InProcessGrid
 from .links import Network, client_link_name, peer_link_name
 from .wire import PUBLISH, message_timing, nbytes, peer_sources
 
@@ -271,3 +273,9 @@ class NetworkGrid(Grid):
         self.bytes = ByteCounts(**state["bytes"])
         if state["inner"] is not None:
             self.inner.load_state(state["inner"])
+
+
+def in_process_network(client_app: ClientApp, num_nodes: int, network: Network,
+                       run_config: dict | None = None) -> NetworkGrid:
+    """``num_nodes`` in-process clients running ``client_app`` behind the simulated ``network``."""
+    return NetworkGrid(InProcessGrid(client_app, num_nodes, run_config), network)

@@ -37,15 +37,14 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from torch import nn
 
+from .choices import SELECTIONS
 from .compression import from_record, packed_nbytes, to_record
 from .engine import GlobalModelStrategy, RunResult, run_rounds
-from .inproc_grid import InProcessGrid
 from .links import LinkSpec, Network
-from .network_grid import NetworkGrid
+from .network_grid import NetworkGrid, in_process_network
 from .records import RoundRecord
 from .workload import model_holding, parameters_of
 
-SELECTIONS = ("full", "random", "topk", "rieselect")
 TRAIN_ACTION = "rieselect"
 FISHER, ANCHORS = "rieselect_fisher", "rieselect_anchor"
 
@@ -319,20 +318,24 @@ class ContinualFL(GlobalModelStrategy):
         self.fishers, self.anchors = list(state["fishers"]), list(state["anchors"])
 
 
-def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, link: LinkSpec | None = None,
-                  device_flops: float = 1e10, on_round: Callable[[RoundRecord], None] | None = None,
+def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, network: Network | None = None,
+                  deadline: Callable[[ContinualFL], float] | None = None,
+                  on_round: Callable[[RoundRecord], None] | None = None,
                   ) -> tuple[RunResult, NetworkGrid, dict]:
-    """Every task in order on the in-process engine over a simulated network; (the run, its
-    grid, the summary: average final loss over tasks, forgetting, uplink bytes).
+    """Every task in order on the in-process engine over a simulated network (default: 10 Mbit/s
+    links with 50 ms latency); (the run, its grid, the summary: average final loss over tasks,
+    forgetting, uplink bytes, the mean fraction of layers sent and the server's steps).
+    ``deadline`` gives the exchange deadline for the strategy (simulated seconds, see
+    :func:`.apps.deadline`); without one the server waits for every reply that is not lost.
 
     Forgetting of task ``t``: its loss at the end of the run minus its loss when its own
-    rounds ended, averaged over every task but the last."""
+    rounds ended, averaged over every task but the last (``forgetting_by_task``: each)."""
     initial = parameters_of(workload.build_model())
     strategy = ContinualFL(initial, settings, settings.local_steps * workload.flops_per_step)
     app = ClientApp()
     register_client(app, lambda _: workload)
-    grid = NetworkGrid(InProcessGrid(app, settings.clients),
-                       Network(link or LinkSpec(10e6, 0.05), device_flops, seed=settings.seed))
+    grid = in_process_network(app, settings.clients, network or Network(LinkSpec(10e6, 0.05), 1e10, seed=settings.seed))
+    timeout = deadline(strategy) if deadline is not None else None
 
     def evaluate(_, arrays):
         model = model_holding(workload, "evaluate", arrays).eval()
@@ -341,13 +344,17 @@ def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, l
         return {"loss": float(np.mean(losses)), "task_losses": losses}
 
     rounds = workload.num_tasks * settings.rounds_per_task
-    result = run_rounds(strategy, grid, rounds, evaluate=evaluate, eval_every=settings.rounds_per_task,
-                        on_round=on_round)
+    result = run_rounds(strategy, grid, rounds, timeout=timeout, evaluate=evaluate,
+                        eval_every=settings.rounds_per_task, on_round=on_round)
     by_round = {r.round: r.metrics["eval"]["task_losses"] for r in result.records if "eval" in r.metrics}
     final = by_round[rounds]
     at_end = [by_round[(t + 1) * settings.rounds_per_task][t] for t in range(workload.num_tasks)]
-    summary = {"average_loss": float(np.mean(final)),
-               "forgetting": float(np.mean([final[t] - at_end[t] for t in range(workload.num_tasks - 1)]))
-               if workload.num_tasks > 1 else 0.0,
-               "uplink_bytes": sum(grid.bytes.up.values()), "task_losses": final, "loss_when_learned": at_end}
+    forgetting = [final[t] - at_end[t] for t in range(workload.num_tasks - 1)]
+    trained = result.records[1:]
+    summary = {"average_loss": float(np.mean(final)), "forgetting": float(np.mean(forgetting)) if forgetting else 0.0,
+               "forgetting_by_task": forgetting, "uplink_bytes": sum(grid.bytes.up.values()), "task_losses": final,
+               "loss_when_learned": at_end,
+               "layer_fraction": float(np.mean([r.metrics["layer_fraction"] for r in trained])),
+               "steps": [r.metrics.get("step") for r in trained]}
+    result.summary["deadline_s"] = timeout
     return result, grid, summary

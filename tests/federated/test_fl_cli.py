@@ -5,7 +5,7 @@ from click.testing import CliRunner
 
 from edgekit.cli import main
 from edgekit.federated.apps import METHODS
-from edgekit.federated.choices import METHOD_NAMES
+from edgekit.federated.choices import INPROC_ONLY, METHOD_NAMES
 from edgekit.federated.flower_run import LocalFederation
 from edgekit.fl_cli import fl, parse_duration, parse_rate
 
@@ -17,7 +17,8 @@ def invoke(*args):
 def test_registered_in_edgekit():
     result = CliRunner().invoke(main, ["fl", "run", "--help"])
     assert result.exit_code == 0 and "--bandwidth" in result.output and "--engine" in result.output
-    assert tuple(METHODS) == METHOD_NAMES  # the CLI's choices are the implemented methods
+    # the CLI's choices are the implemented methods: Flower apps, and those with their own in-process runner
+    assert tuple(METHODS) + INPROC_ONLY == METHOD_NAMES
 
 
 def test_rates_and_durations():
@@ -48,9 +49,46 @@ def test_bad_input_names_the_parameter(args, message):
     assert result.exit_code == 2 and message in result.output, result.output
 
 
+@pytest.mark.parametrize("method,args,message", [
+    ("diloco", ["--topology", "hypercube"], "Invalid value for '--topology': applies to gossip only, not to diloco"),
+    ("diloco", ["--budget", "0.5"], "Invalid value for '--budget': applies to rieselect only, not to diloco"),
+    ("fedrgl", ["-k", "1"], "Invalid value for '-k' / '--mixing-steps': applies to gossip only, not to fedrgl"),
+    ("fedrgl", ["--compression", "mxint8"], "Invalid value for '--compression': applies to diloco, gossip only"),
+    ("fedrgl", ["--config", "width=8"], "Invalid value for '--config': applies to diloco, gossip, rieselect only"),
+    ("fedrgl", ["--checkpoint", "c.ckpt"], "Invalid value for '--checkpoint': applies to diloco, gossip only"),
+    ("fedrgl", ["--selection", "topk"], "Invalid value for '--selection': applies to rieselect only, not to fedrgl"),
+    ("rieselect", ["--graph", "cora"], "Invalid value for '--graph': applies to fedrgl only, not to rieselect"),
+    ("rieselect", ["--eval-every", "2"], "Invalid value for '--eval-every': applies to diloco, gossip only"),
+    ("fedrgl", ["--engine", "ray"],
+     "Invalid value for --engine: fedrgl runs on the inproc engine only; ray is not supported for it yet"),
+    ("rieselect", ["--engine", "deployment"],
+     "Invalid value for --engine: rieselect runs on the inproc engine only; deployment is not supported for it yet"),
+    ("fedrgl", ["--graph", "pubmed"], "Invalid value for '--graph': 'pubmed' is not one of 'csbm', 'cora', 'citeseer'"),
+    ("fedrgl", ["--noise", "flip"], "Invalid value for '--noise': 'flip' is not one of 'uniform', 'pair'"),
+    ("fedrgl", ["--noise-rate", "1"], "Invalid value for '--noise-rate': 1.0 is not in the range 0.0<=x<1.0"),
+    ("fedrgl", ["--graph-method", "gat"], "Invalid value for '--graph-method': 'gat' is not one of 'fedavg'"),
+    ("fedrgl", ["--rounds", "5"],
+     "Invalid value for --warmup: 10 warm-up rounds leave none of --rounds 5 for FedRGL's filter"),
+    ("rieselect", ["--selection", "all"], "Invalid value for '--selection': 'all' is not one of 'full', 'random'"),
+    ("rieselect", ["--budget", "0"], "Invalid value for '--budget': 0.0 is not in the range 0.0<x<=1.0"),
+    ("rieselect", ["--rounds", "4"], "rounds (4) must be a multiple of the number of tasks (3: email, asyncio"),
+])
+def test_options_of_other_methods_and_bad_method_options(method, args, message):
+    result = invoke("run", method, *args)
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_missing_data_is_named(tmp_path):
+    result = invoke("run", "fedrgl", "--graph", "cora", "--planetoid", str(tmp_path), "--rounds", "1", "--warmup", "0",
+                    "-o", str(tmp_path / "r.json"))
+    assert result.exit_code == 1 and f"Planetoid files missing in {tmp_path}: ind.cora.x" in result.output
+    result = invoke("run", "rieselect", "--tasks", "nosuchpackage", "--rounds", "1", "-o", str(tmp_path / "r.json"))
+    assert result.exit_code == 1 and "no stdlib files under 'nosuchpackage'" in result.output
+
+
 def test_bad_method_and_bad_model_config():
     result = invoke("run", "fedsgd")
-    assert result.exit_code == 2 and "'fedsgd' is not one of 'diloco', 'gossip'" in result.output
+    assert result.exit_code == 2 and "'fedsgd' is not one of 'diloco', 'gossip', 'fedrgl', 'rieselect'" in result.output
     result = invoke("run", "diloco", "--clients", "2", "--rounds", "1", "--config", "depth=3")
     assert result.exit_code == 1 and "unknown config key 'depth' for model 'lm'" in result.output
 
@@ -77,6 +115,61 @@ def test_run_report_and_resume(tmp_path):
     bad.write_text("{}")
     result = invoke("report", str(bad))
     assert result.exit_code == 2 and "is not an `edgekit fl run` report" in result.output
+
+
+def test_fedrgl_run_and_report(tmp_path):
+    out = tmp_path / "rgl.json"
+    args = ["run", "fedrgl", "--clients", "3", "--rounds", "3", "--warmup", "1", "-H", "2", "--noise", "pair",
+            "--noise-rate", "0.3", "--bandwidth", "10Mbit", "--latency", "50ms", "--drop", "0.1", "-o", str(out)]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["engine"] == "inproc" and report["settings"]["graph"] == "csbm" and report["settings"]["drop"] == 0.1
+    rounds = report["rounds"]
+    assert [r["round"] for r in rounds] == [0, 1, 2, 3]
+    accuracy = [r["metrics"]["eval"]["accuracy"] for r in rounds]  # every round, round 0 the initial model
+    assert all(0 <= a <= 1 for a in accuracy) and accuracy[-1] > accuracy[0] + 0.2  # 5 classes: chance is 0.2
+    summary = report["summary"]
+    assert summary["final_accuracy"] == accuracy[-1] and summary["score"] == pytest.approx(sum(accuracy[-5:]) / 4)
+    assert "clean_nodes" not in rounds[1]["metrics"]  # the warm-up round: plain FedAvg
+    for r in rounds[2:]:  # then the filter keeps part of each client's noisy train labels
+        kept, dropped = r["metrics"].get("clean_nodes", 0), r["metrics"].get("filtered_nodes", 0)
+        assert (kept > 0 and dropped > 0) or not r["used"]
+    assert summary["clean_nodes"] > 0 and summary["filtered_nodes"] > 0 and 0 < summary["filter_precision"] <= 1
+    assert summary["missing_updates"] == sum(len(r["missing"]) for r in rounds)
+    assert summary["bytes"]["up"] > 0 and summary["sim_time"] == rounds[-1]["sim_time"] > 0
+    assert summary["deadline_s"] > 0 and summary["inner_steps_per_worker"] == 6
+    assert (tmp_path / "rgl.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert invoke(*args).exit_code == 0 and json.loads(out.read_text())["rounds"] == rounds  # seeded: same bits
+
+
+def test_rieselect_run_and_report(tmp_path):
+    runs = {}
+    for selection in ("rieselect", "full"):
+        out = tmp_path / f"{selection}.json"
+        result = invoke("run", "rieselect", "--clients", "2", "--rounds", "2", "-H", "2", "--tasks", "email,json",
+                        "--selection", selection, "--budget", "0.25", "--drop", "0.1", "-o", str(out))
+        assert result.exit_code == 0, result.output
+        runs[selection] = json.loads(out.read_text())
+    report = runs["rieselect"]
+    assert [r["round"] for r in report["rounds"]] == [0, 1, 2]  # one round per task here
+    losses = [r["metrics"]["eval"]["task_losses"] for r in report["rounds"]]
+    assert all(len(x) == 2 and all(0 < v < 6 for v in x) for x in losses)
+    summary = report["summary"]
+    assert summary["task_losses"] == losses[-1] and summary["loss_when_learned"] == [losses[1][0], losses[2][1]]
+    assert summary["forgetting_by_task"] == [pytest.approx(losses[2][0] - losses[1][0])]
+    assert summary["forgetting"] == summary["forgetting_by_task"][0]
+    assert summary["final_loss"] == pytest.approx(summary["average_loss"]) == pytest.approx(sum(losses[-1]) / 2)
+    assert summary["uplink_bytes"] == summary["bytes"]["up"] > 0 and 0 < summary["layer_fraction"] < 1
+    full = runs["full"]["summary"]
+    # a quarter of each update, but also the Fisher diagonal (full size) once, when the second task starts
+    assert full["layer_fraction"] == 1 and summary["uplink_bytes"] < 0.8 * full["uplink_bytes"]
+    assert (tmp_path / "rieselect.png").exists()
+    result = invoke("report", str(tmp_path / "rieselect.json"), str(tmp_path / "full.json"), "-o",
+                    str(tmp_path / "cmp.png"))
+    assert result.exit_code == 0, result.output
+    assert "| rieselect uplink 0.25 |" in result.output and "| full uplink |" in result.output
+    assert "forgetting" in result.output and "accuracy" not in result.output
 
 
 @pytest.mark.slow
