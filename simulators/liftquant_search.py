@@ -7,16 +7,19 @@ Three searches, all Numba, parallel over chunks:
   its null space, invert it, and for every ``p`` in {-1, +1}^(D-d) (the free
   coordinates) take ``c = sign(A^-1 [x; p])``; keep the closest. The ``p`` run in
   Gray-code order, so each candidate's pre-sign vector is an O(D) update of the last.
-* ``fast+local``: ``fast``, keeping its K best distinct codes; from each, flip the one bit
-  that lowers the error most until no single flip helps (steepest descent over 1-bit
-  flips); keep the best result.
+* ``fast+local``: ``fast``, keeping its K best distinct codes; from each, a block descent
+  (re-optimize two groups of 8 signs at a time exactly, the others fixed, cycling over the
+  pairs of groups until none lowers the error), then 1-bit-flip steepest descent in float64;
+  keep the best result. With at most two groups (D <= 16) one block move is the exact search.
 
 Evaluating a candidate costs O(1) table reads instead of O(dD) arithmetic: the D signs
 split into groups of 8, ``T_g[m] = M[:, group g] @ signs(m)`` for the 256 patterns ``m``
 of a group, and ``||x - M c||^2 = ||x||^2 + sum_g (||T_g||^2 - 2 x.T_g)[m_g]
 + sum_{g<h} 2 T_g[m_g].T_h[m_h]``: a per-chunk table of 256 entries per group plus
 chunk-independent 256 x 256 tables per pair of groups. Errors found this way are float32;
-the returned errors are recomputed from the codes in float64.
+the returned errors are recomputed from the codes in float64. A block move over groups
+(a, b) skips the patterns of a whose residual outside the span of b's columns already
+exceeds the best error (a lower bound, non-zero where b has fewer columns than d).
 
 Codes are bit masks, one ``uint32`` per chunk: bit ``i`` set means ``c_i = +1``.
 """
@@ -84,6 +87,27 @@ class SearchTables:
             for h in range(g + 1, G):
                 cross[g, h] = 2.0 * tabs[g] @ tabs[h].T
         return (tabs.astype(np.float32), (tabs**2).sum(-1).astype(np.float32), cross.astype(np.float32), sizes)
+
+    @cached_property
+    def transposed(self) -> np.ndarray:
+        """T as (G, d, 256), so that the linear terms of one group vectorize over its patterns."""
+        return np.ascontiguousarray(self.groups[0].transpose(0, 2, 1))
+
+    @cached_property
+    def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(U (G, d, R), U_b^T T_a as (G, G, R, 256), dims (G,)): U_b is an orthonormal basis of the
+        complement of the span of group b's columns (``dims[b]`` of its R columns are used)."""
+        m = self.matrix.astype(np.float64)
+        tabs, _, _, sizes = self.groups
+        d, G = m.shape[0], tabs.shape[0]
+        dims = np.array([d - min(d, int(np.log2(sizes[g]))) for g in range(G)], np.int64)
+        R = max(1, int(dims.max()))
+        bases = np.zeros((G, d, R))
+        for g in range(G):
+            u = np.linalg.svd(m[:, g * GROUP_BITS: (g + 1) * GROUP_BITS])[0]
+            bases[g, :, : dims[g]] = u[:, d - dims[g]:]
+        proj = np.einsum("amk,bkr->abrm", tabs.astype(np.float64), bases)
+        return bases.astype(np.float32), np.ascontiguousarray(proj, np.float32), dims
 
     @cached_property
     def column_norms(self) -> np.ndarray:
@@ -285,6 +309,127 @@ def exact_chunks(x, tabs, norms, cross, sizes, i0, i1, out_masks):
         out_masks[c] = np.uint32(best_mask)
 
 
+@njit(inline="always")
+def group_terms(y, tabs_t, norms, g, n, out):
+    """``out[m] = ||T_g[m]||^2 - 2 y . T_g[m]`` for the n patterns of group g, vectorized over m."""
+    for m in range(n):
+        out[m] = norms[g, m]
+    for k in range(y.shape[0]):
+        yk = np.float32(2.0) * y[k]
+        for m in range(n):
+            out[m] -= tabs_t[g, k, m] * yk
+
+
+@njit(inline="always")
+def scan_pair(y, e0, a, b, cross, sizes, bases, proj_t, dims, ua, ub, rb, best):
+    """(error, m_a, m_b) of the best patterns of groups a < b for the residual ``y`` (``e0 = ||y||^2``,
+    ``ua``, ``ub`` its :func:`group_terms`) that beats ``best``; m_a = -1 if none does.
+
+    Row m_a is skipped when its part outside the span of group b's columns alone is
+    ``>= best``; a row is searched for its minimum only when an or-reduction (which
+    vectorizes) says it holds an improvement.
+    """
+    na, nb = sizes[a], sizes[b]
+    for m in range(na):
+        rb[m] = np.float32(0.0)
+    for j in range(dims[b]):
+        uy = np.float32(0.0)
+        for k in range(y.shape[0]):
+            uy += bases[b, k, j] * y[k]
+        for m in range(na):
+            t = uy - proj_t[a, b, j, m]
+            rb[m] += t * t
+    best_a, best_b = -1, -1
+    for ma in range(na):
+        if rb[ma] >= best:
+            continue
+        t = best - e0 - ua[ma]
+        hit = False
+        for mb in range(nb):
+            hit |= ub[mb] + cross[a, b, ma, mb] < t
+        if hit:
+            for mb in range(nb):
+                e = e0 + ua[ma] + (ub[mb] + cross[a, b, ma, mb])
+                if e < best:
+                    best, best_a, best_b = e, ma, mb
+    return best, best_a, best_b
+
+
+@njit(inline="always")
+def mask_error(x, m, t, mask, r):
+    """||x_t - M c||^2 of the code ``mask``, in float64 (``r`` is scratch of length d)."""
+    d, D = m.shape
+    e = 0.0
+    for k in range(d):
+        acc = np.float64(x[t, k])
+        for i in range(D):
+            acc -= m[k, i] if (mask >> np.uint32(i)) & np.uint32(1) else -m[k, i]
+        r[k] = acc
+        e += acc * acc
+    return e
+
+
+@njit(nogil=True, cache=True, fastmath=FASTMATH)
+def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bases, proj_t, dims, i0, i1, masks):
+    """Block descent from ``masks[i]`` for chunks ``i0 .. i1``, in place.
+
+    Each move re-optimizes two groups of signs exactly (one group when there is only one),
+    the others fixed; a move is taken only if it lowers the float64 error, so the descent
+    ends, and it ends when no pair of groups offers a lower error.
+    """
+    d = x.shape[1]
+    G = tabs.shape[0]
+    pairs = max(1, G * (G - 1) // 2)
+    ua = np.empty(256, np.float32)
+    ub = np.empty(256, np.float32)
+    rb = np.empty(256, np.float32)
+    y = np.empty(d, np.float32)
+    r = np.empty(d, np.float64)
+    for t in range(i0, i1):
+        mask = masks[t]
+        if G == 1:
+            for k in range(d):
+                y[k] = x[t, k]
+            group_terms(y, tabs_t, norms, 0, sizes[0], ua)
+            best = np.float32(np.inf)
+            for p in range(sizes[0]):
+                if ua[p] < best:
+                    best, mask = ua[p], np.uint32(p)
+            masks[t] = mask
+            continue
+        cur = mask_error(x, m, t, mask, r)
+        a, b, stale = 0, 1, 0
+        while stale < pairs:
+            shift_a, shift_b = np.uint32(GROUP_BITS * a), np.uint32(GROUP_BITS * b)
+            ma, mb = (mask >> shift_a) & np.uint32(255), (mask >> shift_b) & np.uint32(255)
+            e0 = np.float32(0.0)
+            for k in range(d):
+                acc = x[t, k]
+                for g in range(G):
+                    if g != a and g != b:
+                        acc -= tabs[g, (mask >> np.uint32(GROUP_BITS * g)) & np.uint32(255), k]
+                y[k] = acc
+                e0 += acc * acc
+            group_terms(y, tabs_t, norms, a, sizes[a], ua)
+            group_terms(y, tabs_t, norms, b, sizes[b], ub)
+            here = e0 + ua[ma] + (ub[mb] + cross[a, b, ma, mb])
+            stale += 1
+            _, na, nb = scan_pair(y, e0, a, b, cross, sizes, bases, proj_t, dims, ua, ub, rb, here)
+            if na >= 0:
+                moved = (mask & ~((np.uint32(255) << shift_a) | (np.uint32(255) << shift_b))
+                         | (np.uint32(na) << shift_a) | (np.uint32(nb) << shift_b))
+                e = mask_error(x, m, t, moved, r)
+                if e < cur:
+                    mask, cur, stale = moved, e, 0
+            b += 1
+            if b == G:
+                a += 1
+                b = a + 1
+                if b == G:
+                    a, b = 0, 1
+        masks[t] = mask
+
+
 @njit(nogil=True, cache=True)
 def local_search(x, m, col_norms, i0, i1, masks, out_err):
     """1-bit-flip steepest descent from ``masks[i]`` for chunks ``i0 .. i1``, in float64.
@@ -363,14 +508,24 @@ def fast_candidates(x, tables: SearchTables, starts: int) -> np.ndarray:
 
 
 def local_refine(x, tables: SearchTables, masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, squared errors) after the 1-bit-flip descent from each of ``masks`` (n, K): the best of the K."""
+    """(codes, squared errors) after the block descent, then the 1-bit-flip descent, from each of
+    ``masks`` (n, K): the best of the K."""
     x = check_chunks(x, tables.matrix.shape[0])
+    tabs, norms, cross, sizes = tables.groups
+    if tabs.shape[0] <= 2:  # one block move is the exact search: every start ends at the same code
+        masks = masks[:, :1]
     n, K = masks.shape
     flat = np.ascontiguousarray(masks, np.uint32).reshape(-1).copy()
     err = np.zeros(flat.size, np.float64)
     starts = np.repeat(x, K, axis=0) if K > 1 else x
-    parallel_map(flat.size, lambda i0, i1: local_search(starts, tables.matrix, tables.column_norms, i0, i1, flat, err),
-                 256)
+    bases, proj_t, dims = tables.bounds
+
+    def refine(i0, i1):
+        block_descent(starts, tables.matrix, tabs, tables.transposed, norms, cross, sizes, bases, proj_t, dims,
+                      i0, i1, flat)
+        local_search(starts, tables.matrix, tables.column_norms, i0, i1, flat, err)
+
+    parallel_map(flat.size, refine, 64)
     pick = err.reshape(n, K).argmin(axis=1)
     rows = np.arange(n)
     return flat.reshape(n, K)[rows, pick], err.reshape(n, K)[rows, pick]

@@ -113,3 +113,27 @@ def test_bad_input():
         search_codes(np.full((3, 8), np.nan, np.float32), tables, "fast")
     with pytest.raises(ValueError, match="starts must be"):
         search_codes(x, tables, "fast+local", starts=0)
+
+
+@pytest.mark.parametrize("D, d", [(4, 2), (10, 4), (12, 8), (16, 8)])
+def test_fast_plus_local_is_exact_with_two_groups(D, d):
+    """Up to 16 signs (two groups of 8) one block move of the local search is the exact search."""
+    m = random_codebook(D, d, seed=11)
+    x = np.random.default_rng(12).standard_normal((200, d)).astype(np.float32)
+    tables = SearchTables(m)
+    np.testing.assert_allclose(search_codes(x, tables, "fast+local")[1], search_codes(x, tables, "exact")[1],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_block_descent_ends_where_no_pair_of_groups_improves():
+    """Three groups (D = 24): changing any two groups of 8 signs at once does not lower the error."""
+    m = random_codebook(24, 10, seed=13)
+    x = np.random.default_rng(14).standard_normal((3, 10)).astype(np.float32)
+    masks, err = search_codes(x, SearchTables(m), "fast+local")
+    patterns = np.arange(1 << 16, dtype=np.uint32)
+    for keep in range(3):
+        free = [g for g in range(3) if g != keep]
+        spread = ((patterns & 255) << np.uint32(8 * free[0])) | ((patterns >> 8) << np.uint32(8 * free[1]))
+        kept = masks & np.uint32(255 << (8 * keep))
+        for xi, k, e in zip(x, kept, err):
+            assert code_errors(np.broadcast_to(xi, (spread.size, 10)), m, k | spread).min() >= e * (1 - 1e-5)
