@@ -18,6 +18,8 @@ shapes the codecs store them) and decoded inside the graph with standard ONNX op
 * layout: ``Reshape`` the blocks back into rows, ``Slice`` off the padding of a partial
   last block, and ``Transpose`` the input-channel axis back into place (Conv weights).
 
+LiftQuant weights (Linear layers) are stored and decoded by :mod:`.liftquant_onnx`.
+
 The decoded tensor takes the name of the initializer it replaces (``fc1.weight``), so
 the MatMul / Gemm / Conv that read it are left untouched.
 
@@ -47,83 +49,28 @@ from torch import nn
 from edgekit.simulators import QuantizedTensor, quantize
 from edgekit.simulators.codec import kernel_tables
 from edgekit.simulators.files import atomic_write
+from edgekit.simulators.liftquant import codebook_bytes
+from edgekit.simulators.liftquant import quantize as liftquant_quantize
 
 from .importer import describe_error
+from .liftquant_onnx import liftquant_weight_nodes
+from .onnx_nodes import PREFIX, DecodeBuilder, stack_last
 from .plan import block_format, check_plan, is_liftquant, plannable_layers
 
 DEFAULT_OPSET = 18  # BitwiseAnd / BitwiseOr need opset 18
 MIN_OPSET = 18
 MAX_OPSET = 20  # the newest opset torch's TorchScript exporter writes
-PREFIX = "edgekit_decode::"  # names of the tensors the decode subgraphs add
 MAX_PROTO_BYTES = 2**31 - 1  # protobuf's limit for one serialized model
 
 
-class _Builder:
-    """Nodes and initializers of one decode subgraph, with generated tensor names."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: dict[str, TensorProto] = {}
-        self.count = 0
-
-    def const(self, key: str, array: np.ndarray) -> str:
-        """A shared constant (same name in every subgraph, deduplicated on export)."""
-        tensor_name = PREFIX + key
-        if tensor_name not in self.inits:
-            self.inits[tensor_name] = numpy_helper.from_array(np.asarray(array), tensor_name)
-        return tensor_name
-
-    def own(self, key: str, array: np.ndarray) -> str:
-        """An initializer that belongs to this weight alone."""
-        tensor_name = f"{self.name}::{key}"
-        self.inits[tensor_name] = numpy_helper.from_array(np.asarray(array), tensor_name)
-        return tensor_name
-
-    def u8(self, value: int) -> str:
-        return self.const(f"u8_{value}", np.array(value, np.uint8))
-
-    def i64(self, values) -> str:
-        values = [int(v) for v in np.atleast_1d(values)]
-        return self.const("i64_" + "_".join(str(v) for v in values), np.array(values, np.int64))
-
-    def scalar_i64(self, value: int) -> str:
-        return self.const(f"i64_scalar_{value}", np.array(value, np.int64))
-
-    def op(self, op_type: str, inputs: list[str], tag: str, **attrs) -> str:
-        self.count += 1
-        out = f"{self.name}::{tag}"
-        self.nodes.append(helper.make_node(op_type, inputs, [out], name=f"{self.name}::decode/{self.count}_{tag}",
-                                           **attrs))
-        return out
-
-    def reshape(self, x: str, shape: tuple, tag: str) -> str:
-        return self.op("Reshape", [x, self.i64(shape)], tag)
-
-    def finish(self, last: str) -> str:
-        """Rename the last node's output to the weight's own name."""
-        node = self.nodes[-1]
-        assert node.output[0] == last
-        node.output[0] = self.name
-        return self.name
-
-
-def _stack_last(b: _Builder, parts: list[str], lead: tuple, width: int, tag: str) -> str:
-    """Interleave ``parts`` (each ``lead + (width,)``) along the last axis: ``lead + (width * len(parts),)``."""
-    axis = b.i64([-1])
-    cols = [b.op("Unsqueeze", [p, axis], f"{tag}_col{k}") for k, p in enumerate(parts)]
-    stacked = b.op("Concat", cols, f"{tag}_stack", axis=-1)
-    return b.reshape(stacked, lead + (width * len(parts),), tag)
-
-
-def _unpack(b: _Builder, codes: str, bits: int, lead: tuple, row_bytes: int) -> str:
+def _unpack(b: DecodeBuilder, codes: str, bits: int, lead: tuple, row_bytes: int) -> str:
     """uint8 codes, one per element, from the packed bytes (the layout of ``reference.unpack_codes``)."""
     if bits == 8:
         return codes
     if bits == 4:
         lo = b.op("BitwiseAnd", [codes, b.u8(0x0F)], "lo_nibble")
         hi = b.op("BitShift", [codes, b.u8(4)], "hi_nibble", direction="RIGHT")
-        return _stack_last(b, [lo, hi], lead, row_bytes, "unpacked")
+        return stack_last(b, [lo, hi], lead, row_bytes, "unpacked")
     if bits == 6:
         groups = row_bytes // 3
         triples = b.reshape(codes, lead + (groups, 3), "byte_triples")
@@ -140,7 +87,7 @@ def _unpack(b: _Builder, codes: str, bits: int, lead: tuple, row_bytes: int) -> 
                  direction="LEFT"),
         ], "code2")
         c3 = b.op("BitShift", [b2, b.u8(2)], "code3", direction="RIGHT")
-        return _stack_last(b, [c0, c1, c2, c3], lead, groups, "unpacked")
+        return stack_last(b, [c0, c1, c2, c3], lead, groups, "unpacked")
     raise ValueError(f"no ONNX unpacking for {bits}-bit codes (8, 6 and 4 are supported)")
 
 
@@ -164,7 +111,7 @@ def decode_weight_nodes(name: str, q: QuantizedTensor) -> tuple[list[onnx.NodePr
     n = q.shape[q.axis]
     values, scale_values = kernel_tables(fmt)
 
-    b = _Builder(name)
+    b = DecodeBuilder(name)
     codes = b.own("codes", q.codes)
     scales = b.own("scales", q.scales)
     element_table = b.const(f"values_{fmt.element.name}", values)
@@ -228,11 +175,13 @@ def _check_plan(model: nn.Module, plan) -> dict[str, str]:
     if not isinstance(plan, dict):
         raise ValueError(  # noqa: TRY004
             f"plan must be a dict of layer name -> format (see compilers.plan.make_plan), got {type(plan).__name__}")
-    checked = check_plan(plannable_layers(model), plan)
-    lifted = sorted(layer for layer, fmt in checked.items() if is_liftquant(fmt))
-    if lifted:  # its decode is a matrix product over sign bits: no standard ONNX lowering is written yet
-        raise ValueError(f"ONNX export does not cover LiftQuant yet (layers {', '.join(lifted)}); "
-                         "use edgekit compile, or a block format for the exported layers")
+    layers = plannable_layers(model)
+    checked = check_plan(layers, plan)
+    convolutions = sorted(layer for layer, fmt in checked.items()
+                          if is_liftquant(fmt) and not isinstance(layers[layer], nn.Linear))
+    if convolutions:
+        raise ValueError(f"LiftQuant codes Linear weights only; layers {', '.join(convolutions)} are convolutions: "
+                         "plan them in a block format or a float baseline")
     return checked
 
 
@@ -287,12 +236,14 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
     plan: layer name -> weight format (``compilers.plan.make_plan``): ``fp32`` keeps the
     float weight, ``fp16`` stores it as float16 and casts it in the graph, a block format
     stores the codes of ``quantize(w, fmt, axis=1)`` (blocks along input channels) and
-    decodes them in the graph (:func:`decode_weight_nodes`). Layers not in the plan keep
-    their float weights.
+    decodes them in the graph (:func:`decode_weight_nodes`), a LiftQuant configuration
+    (Linear layers) stores the LiftQuant encoding compile builds and decodes it in the
+    graph (:mod:`.liftquant_onnx`). Layers not in the plan keep their float weights.
 
     Returns ``{"path", "opset", "layers": {name: {format, shape, codes_bytes,
     scales_bytes, weight_bits, numel, tensor_scale_bytes}}, "totals": {...}}``; the
-    weight_bits count padding, block scales and the NVFP4 tensor scale. The file is
+    weight_bits count padding, block scales and the NVFP4 tensor scale (LiftQuant: row,
+    group and input scales and the rotation), and the totals each LiftQuant codebook once. The file is
     written to a temporary file in the same directory and renamed into place, so a
     failure leaves no partial ``.onnx``.
     """
@@ -316,6 +267,7 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
     replaced: dict[str, TensorProto] = {}
     new_nodes: list[onnx.NodeProto] = []
     layers: dict[str, dict] = {}
+    codebooks: dict[str, int] = {}  # bytes of each LiftQuant configuration's M, stored once
 
     missing = [f"{layer}.weight" for layer in plan if f"{layer}.weight" not in inits]
     if missing:
@@ -340,6 +292,11 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
             nodes = [helper.make_node("Cast", [half_name], [wname], name=f"{wname}::decode/cast", to=TensorProto.FLOAT)]
             own = [numpy_helper.from_array(half, half_name)]
             layers[layer] = _layer_entry(fmt_name, weight.shape, half.nbytes, 0)
+        elif is_liftquant(fmt_name):
+            lq = liftquant_quantize(weight, fmt_name)  # the encoding edgekit compile builds
+            nodes, own, _ = liftquant_weight_nodes(wname, lq)
+            layers[layer] = _layer_entry(fmt_name, weight.shape, lq.codes.nbytes, lq.nbytes - lq.codes.nbytes)
+            codebooks[fmt_name] = codebook_bytes(lq.format)
         else:
             q = quantize(weight, block_format(fmt_name), axis=1)
             nodes, own, _ = decode_weight_nodes(wname, q)
@@ -388,9 +345,11 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
         "codes_bytes": sum(e["codes_bytes"] for e in layers.values()),
         "scales_bytes": sum(e["scales_bytes"] for e in layers.values()),
         "tensor_scale_bytes": sum(e["tensor_scale_bytes"] for e in layers.values()),
+        "codebook_bytes": sum(codebooks.values()),
         "fp32_bytes": 4 * sum(e["numel"] for e in layers.values()),
         "file_bytes": len(data),
     }
-    totals["weight_bytes"] = totals["codes_bytes"] + totals["scales_bytes"] + totals["tensor_scale_bytes"]
+    totals["weight_bytes"] = (totals["codes_bytes"] + totals["scales_bytes"] + totals["tensor_scale_bytes"]
+                              + totals["codebook_bytes"])
     totals["weight_bits"] = 8.0 * totals["weight_bytes"] / totals["numel"] if totals["numel"] else 0.0
     return {"path": str(target), "opset": opset, "layers": layers, "totals": totals}

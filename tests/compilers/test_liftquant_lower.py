@@ -73,9 +73,70 @@ def test_format_names_and_refusals():
         lower(import_torch(model, (x,)), make_plan(model, "liftquant:2.4"))
 
 
-def test_onnx_export_refuses_liftquant_by_name(tmp_path):
+def decoded_by_onnx(q, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from edgekit.compilers.liftquant_onnx import liftquant_weight_nodes
+    from edgekit.compilers.onnx_export import onnx_session
+
+    nodes, inits, out = liftquant_weight_nodes("w", q)
+    graph = helper.make_graph(nodes, "decode", [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, q.shape)],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    onnx.checker.check_model(model, full_check=True)
+    path = tmp_path / "decode.onnx"
+    path.write_bytes(model.SerializeToString())
+    return onnx_session(path).run(None, {})[0]
+
+
+@pytest.mark.parametrize("fmt", ["liftquant_8to4", "liftquant_24to10", "liftquant_12to4"])
+def test_onnx_decode_subgraph(tmp_path, fmt):
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((12, 70)).astype(np.float32)  # 70: padding to d, and a dense rotation factor
+    plain = quantize(w, fmt, rotate=False)  # the decoder's sums and scales alone: bit for bit
+    assert np.array_equal(decoded_by_onnx(plain, tmp_path), plain.rotated_weights()[:, :70])
+    d = plain.format.chunk
+    for q in (quantize(w, fmt), quantize(w, fmt, group_size=4 * d, input_scales=rng.uniform(0.5, 2.0, 70))):
+        want = q.dequantize()  # the rotation is undone in float32 in the graph, in float64 by the simulator
+        np.testing.assert_allclose(decoded_by_onnx(q, tmp_path), want, rtol=0, atol=2e-6 * np.abs(want).max())
+
+
+def test_onnx_export_of_liftquant_layers(tmp_path):
+    import onnx
+    from onnx import numpy_helper
+
+    from edgekit.compilers.onnx_export import export_onnx, onnx_session
+    from edgekit.simulators.formats import get_liftquant_format
+    from edgekit.simulators.liftquant import codebook_bytes
+
+    model = seeded(TransformerBlock)
+    x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(2))
+    plan = make_plan(model, "liftquant:2.4", {"down": "liftquant_16to8", "proj": "mxfp4"})
+    summary = export_onnx(model, (x,), plan, tmp_path / "m.onnx")
+    stored = {t.name: numpy_helper.to_array(t) for t in onnx.load(tmp_path / "m.onnx").graph.initializer}
+    for layer in ("qkv", "up", "down"):
+        q = quantize(model.get_submodule(layer).weight.detach().numpy(), plan[layer])
+        assert np.array_equal(stored[f"{layer}.weight::codes"], q.codes)  # the simulators' bits, as stored
+        assert summary["layers"][layer]["codes_bytes"] + summary["layers"][layer]["scales_bytes"] == q.nbytes
+    books = sum(codebook_bytes(get_liftquant_format(f)) for f in ("liftquant_24to10", "liftquant_16to8"))
+    assert summary["totals"]["codebook_bytes"] == books  # once per configuration, not per layer
+    session = onnx_session(tmp_path / "m.onnx")
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    reference = simulated(model, {k: v for k, v in plan.items() if v.startswith("liftquant")})
+    with torch.no_grad():
+        from edgekit.models.weights import quantized_copy
+
+        reference.proj = quantized_copy(model.proj, "mxfp4")
+        want = reference(x).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_export_refuses_liftquant_convolutions(tmp_path):
     from edgekit.compilers.onnx_export import export_onnx
 
-    model = seeded(MLP)
-    with pytest.raises(ValueError, match="ONNX export does not cover LiftQuant yet .layers fc1, fc2."):
-        export_onnx(model, (torch.randn(1, 64),), make_plan(model, "liftquant:2.4"), tmp_path / "m.onnx")
+    model = seeded(CNN)
+    with pytest.raises(ValueError, match="LiftQuant codes Linear weights only; layers conv1, conv2 are convolutions"):
+        export_onnx(model, (torch.randn(1, 3, 8, 8),), make_plan(model, "liftquant:2.4"), tmp_path / "m.onnx")
+    assert not list(tmp_path.iterdir())
+
