@@ -98,11 +98,13 @@ def _static_shape(expr) -> list[int]:
 
 @relax.expr_functor.mutator
 class _LowerWeights(relax.PyExprMutator):
-    def __init__(self, mod, weights: dict[str, tuple[str, np.ndarray]], plan: dict[str, str], device: str):
+    def __init__(self, mod, weights: dict[str, tuple[str, np.ndarray]], plan: dict[str, str], device: str,
+                 encoded: dict | None = None):
         super().__init__(mod)
         self.weights = weights  # weight variable name -> (layer, value)
         self.plan_formats = plan
         self.device = device
+        self.encoded = encoded or {}  # layer -> LiftQuantTensor given by the caller (e.g. fine-tuned codes)
         self.records: dict[str, LayerRecord] = {}
 
     def _param(self, expr):
@@ -168,7 +170,11 @@ class _LowerWeights(relax.PyExprMutator):
     def _liftquant_dense(self, layer, x2, rows, op, shape):
         """The LiftQuant layer (simulators' pipeline: rotation, row scales, default search) as
         its rotation and fused decode-GEMV kernels (``liftquant_kernels.emit_layer``)."""
-        q = liftquant_quantize(np.ascontiguousarray(rows, np.float32), self.plan_formats[layer])
+        q = self.encoded.get(layer) or liftquant_quantize(np.ascontiguousarray(rows, np.float32),
+                                                          self.plan_formats[layer])
+        if q.shape != rows.shape or q.format.name != self.plan_formats[layer]:
+            raise ValueError(f"layer {layer!r}: the given codes are {q.format.name} of shape {q.shape}, the model's "
+                             f"weight is {tuple(rows.shape)} planned as {self.plan_formats[layer]}")
         layout = "bytes_major" if self.device == "cpu" else "packed"
         self.records[layer] = LayerRecord(q.format.name, op, list(shape), layout, q.numel, q.codes.nbytes,
                                           q.nbytes - q.codes.nbytes, 0, q.bits_per_weight)
@@ -216,13 +222,21 @@ def _symbol(layer: str) -> str:
     return "".join(ch if ch.isalnum() else "_" for ch in layer) or "layer"
 
 
-def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu") -> LoweredModel:
-    """Swap every planned weight for packed codes + a fused decode kernel; bind the rest."""
+def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu", encoded: dict | None = None
+          ) -> LoweredModel:
+    """Swap every planned weight for packed codes + a fused decode kernel; bind the rest.
+
+    ``encoded`` gives LiftQuant layers their codes (layer -> ``LiftQuantTensor``, e.g.
+    ``edgekit quantize --codes``); other LiftQuant layers are encoded here.
+    """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
     plan = check_plan(imported.layers, plan)
+    unplanned = sorted(set(encoded or {}) - {layer for layer, fmt in plan.items() if is_liftquant(fmt)})
+    if unplanned:
+        raise ValueError(f"codes are given for layers {', '.join(unplanned)} that the plan does not code in LiftQuant")
     weights = {imported.layers[layer]: (layer, imported.params[imported.layers[layer]]) for layer in plan}
-    mutator = _LowerWeights(imported.mod, weights, plan, device)
+    mutator = _LowerWeights(imported.mod, weights, plan, device, encoded)
     main = mutator.visit_expr(imported.mod["main"])
     mutator.builder_.update_func(mutator.builder_.get().get_global_var("main"), main)
     mod = mutator.builder_.get()

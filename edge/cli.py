@@ -336,15 +336,18 @@ def report(models, formats, targets, deploy_items, tiny, rounds, cache_dir, outp
 
 @main.command(name="compile")
 @model_argument
-@click.option("--format", "fmt", type=WeightFormat(), default="mxfp4", show_default=True,
-              help="Weight format of every Linear/Conv layer (a format from `edgekit formats`, fp32 or fp16).")
+@click.option("--format", "fmt", type=WeightFormat(), default=None,
+              help="Weight format of every Linear/Conv layer (a format from `edgekit formats`, fp32 or fp16; "
+                   "default mxfp4, or fp32 for the layers --codes leaves out).")
 @layer_option
+@click.option("--codes", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="LiftQuant codes from `edgekit quantize --codes`: those layers are built from them as they are.")
 @click.option("--target", "target", default="host", show_default=True,
               help="A target from `edgekit targets`, any TVM tag, or a TVM target as a JSON dict.")
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("build"),
               show_default=True, help="Build directory (written in full or not at all).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for training a registered model.")
-def compile_(model, fmt, layers, target, output, seed):
+def compile_(model, fmt, layers, codes, target, output, seed):
     """Compile MODEL (registered name, checkpoint or .onnx) for a target: library, CUDA source, manifest.
 
     Planned weights are stored as packed codes and scales in the simulators' bytes and
@@ -352,7 +355,8 @@ def compile_(model, fmt, layers, target, output, seed):
     """
     from .compile_job import compile_model
 
-    manifest = run_job(compile_model, model, fmt, target, output, layers, seed=seed)
+    fmt = fmt or ("fp32" if codes else "mxfp4")  # quantize leaves the layers it does not code in float
+    manifest = run_job(compile_model, model, fmt, target, output, layers, seed=seed, codes=codes)
     rows = [{"layer": name, **{k: r[k] for k in ("format", "op", "layout", "codes_bytes", "scales_bytes",
                                                   "weight_bits")}} for name, r in manifest["layers"].items()]
     click.echo(markdown_table(rows))

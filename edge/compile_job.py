@@ -125,9 +125,29 @@ class PreflightError(ValueError):
         self.problems = problems
 
 
+def read_codes(path, layers) -> dict:
+    """LiftQuant tensors by layer from an ``edgekit quantize --codes`` file, checked against ``layers``."""
+    from edgekit.simulators.liftquant import load_tensors
+
+    try:
+        tensors = load_tensors(path)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"--codes {str(path)!r} is not a codes file written by `edgekit quantize --codes`: "
+                         f"{type(err).__name__}: {err}") from None
+    strange = sorted(set(tensors) - set(layers))
+    if strange:
+        raise ValueError(f"--codes {str(path)!r} codes layers {', '.join(strange)} that the model does not have "
+                         f"(its layers: {', '.join(layers)})")
+    return tensors
+
+
 def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrides: list[str] = (),
-                  seed: int = 0, log: Callable[[str], None] = print) -> dict:
-    """Compile ``model`` with every Linear/Conv weight in ``fmt`` for ``target_spec`` into ``out_dir``."""
+                  seed: int = 0, log: Callable[[str], None] = print, codes=None) -> dict:
+    """Compile ``model`` with every Linear/Conv weight in ``fmt`` for ``target_spec`` into ``out_dir``.
+
+    ``codes``: an ``edgekit quantize --codes`` file; the layers it holds are built from its
+    LiftQuant codes and scales as they are (calibrated, fine-tuned), not encoded again.
+    """
     from edgekit.compilers.build import build, cuda_source, elf_machine, export_library, nvcc_cubin, schedule
     from edgekit.compilers.lower import lower
     from edgekit.targets import load_target, tvm_target
@@ -140,12 +160,17 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
     log(f"importing {source.label} into TVM Relax ...")
     imported = import_model(source)
     plan = make_plan(imported.layers, fmt, overrides)
+    encoded = read_codes(codes, list(imported.layers)) if codes else {}
+    clash = sorted(set(encoded) & set(overrides))
+    if clash:
+        raise ValueError(f"--layer names {', '.join(clash)}, which --codes already codes")
+    plan.update({layer: t.format.name for layer, t in encoded.items()})
     problems = preflight(imported, plan, target)
     if problems:
         raise PreflightError(problems)
     device = target.device
     log(f"lowering {len(plan)} layers for {target.name} ({device}) ...")
-    lowered = lower(imported, plan, device)
+    lowered = lower(imported, plan, device, encoded)
     tvm_tgt = tvm_target(target)
     log("building ...")
     try:
@@ -174,6 +199,7 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
             "target": {"name": target.name, "tvm": str(tvm_tgt), "device": device, "arch": target.arch,
                        "cuda_arch": arch, "cross_compiler": cross},
             "format": plan_summary(plan),
+            "codes": str(codes) if codes else None,
             "layers": {name: record.to_json() for name, record in lowered.layers.items()},
             "totals": layer_totals(lowered.layers),
             "inputs": lowered.inputs,

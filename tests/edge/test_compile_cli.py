@@ -94,6 +94,33 @@ def test_compile_onnx_file_and_registered_name(tmp_path):
     assert json.loads((tmp_path / "digits_build" / "manifest.json").read_text())["layers"]["0"]["weight_bits"] == 16
 
 
+def test_compile_builds_the_codes_quantize_wrote(checkpoint, tmp_path):
+    from edgekit.models.registry import load_checkpoint
+    from edgekit.quantize_cli import quantize
+    from edgekit.simulators.liftquant import load_tensors
+
+    path, _ = checkpoint
+    codes, saved, out = tmp_path / "codes.npz", tmp_path / "q.pt", tmp_path / "build"
+    result = CliRunner().invoke(quantize, [str(path), "--bits", "3", "--configs", "8to4,16to8,12to4",
+                                           "--finetune-steps", "4", "--calibration-batches", "2",
+                                           "--codes", str(codes), "--save", str(saved)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    result = run("compile", saved, "--codes", codes, "--target", "host", "-o", out)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    tensors = load_tensors(codes)
+    assert manifest["codes"] == str(codes)
+    assert {n: r["format"] for n, r in manifest["layers"].items()} == {n: t.format.name for n, t in tensors.items()}
+    assert all(manifest["layers"][n]["codes_bytes"] == t.codes.nbytes for n, t in tensors.items())
+    # the library computes the fine-tuned model quantize saved, not a fresh encoding
+    _, _, finetuned = load_checkpoint(saved)
+    vm = tvm.relax.VirtualMachine(tvm.runtime.load_module(str(out / "model.so")), tvm.cpu())
+    x = np.random.default_rng(2).random((1, 64), dtype=np.float32)
+    with torch.no_grad():
+        np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x))[0].numpy(), finetuned(torch.from_numpy(x)).numpy(),
+                                   rtol=1e-4, atol=1e-4)
+
+
 def test_export_runs_in_onnxruntime(checkpoint, tmp_path):
     path, model = checkpoint
     out = tmp_path / "m.onnx"
@@ -119,13 +146,21 @@ def test_export_runs_in_onnxruntime(checkpoint, tmp_path):
     (["{ckpt}", "--layer", "oops"], "must look like NAME=FORMAT"),
     (["{bad_onnx}"], "is not a valid ONNX model"),
     (["{foreign_ckpt}"], "is not an edgekit checkpoint"),
+    (["{ckpt}", "--codes", "{bad_onnx}"], "is not a codes file written by `edgekit quantize --codes`"),
+    (["{ckpt}", "--codes", "{foreign_codes}"], "codes layers fc9 that the model does not have"),
+    (["{ckpt}", "--codes", "{codes}", "--layer", "2=mxint8"], "--layer names 2, which --codes already codes"),
 ])
 def test_bad_input_is_named_and_writes_nothing(checkpoint, tmp_path, args, message):
+    from edgekit.simulators.liftquant import quantize, save_tensors
+
     bad_onnx = tmp_path / "bad.onnx"
     bad_onnx.write_bytes(b"not a protobuf at all")
     foreign = tmp_path / "foreign.pt"
     torch.save({"weights": torch.zeros(3)}, foreign)
-    fill = {"{ckpt}": checkpoint[0], "{bad_onnx}": bad_onnx, "{foreign_ckpt}": foreign}
+    coded = quantize(checkpoint[1][2].weight.detach().numpy(), "liftquant_8to4")
+    fill = {"{ckpt}": checkpoint[0], "{bad_onnx}": bad_onnx, "{foreign_ckpt}": foreign,
+            "{codes}": save_tensors(tmp_path / "codes.npz", {"2": coded}),
+            "{foreign_codes}": save_tensors(tmp_path / "foreign.npz", {"fc9": coded})}
     args = [str(fill.get(a, a)) for a in args]
     out = tmp_path / "out"
     result = run("compile", *args, "-o", out)
