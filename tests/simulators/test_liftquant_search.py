@@ -3,6 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
+from edgekit.simulators.liftquant_codebooks import load_codebook
 from edgekit.simulators.liftquant_search import (
     SearchTables,
     code_errors,
@@ -107,6 +108,8 @@ def test_bad_input():
         search_codes(x, tables, "greedy")
     with pytest.raises(ValueError, match="up to D = 24"):
         search_codes(x, tables, "exact")
+    with pytest.raises(ValueError, match="up to D = 24"):
+        search_codes(x, tables, "slices")
     with pytest.raises(ValueError, match="8 columns"):
         search_codes(np.zeros((3, 5), np.float32), tables, "fast")
     with pytest.raises(ValueError, match="NaN or Inf"):
@@ -137,3 +140,22 @@ def test_block_descent_ends_where_no_pair_of_groups_improves():
         kept = masks & np.uint32(255 << (8 * keep))
         for xi, k, e in zip(x, kept, err):
             assert code_errors(np.broadcast_to(xi, (spread.size, 10)), m, k | spread).min() >= e * (1 - 1e-5)
+
+
+@pytest.mark.parametrize("D, d", [(4, 2), (12, 8), (16, 8), (18, 8)])
+def test_slices_are_exact_when_they_cover_every_code(D, d):
+    """Two groups: one block move. D = 18: the 2-sign group has 4 values, all among its slices."""
+    m = random_codebook(D, d, seed=15)
+    x = np.random.default_rng(16).standard_normal((100, d)).astype(np.float32)
+    tables = SearchTables(m)
+    np.testing.assert_allclose(search_codes(x, tables, "slices")[1], search_codes(x, tables, "exact")[1],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_slices_within_two_percent_of_exact_at_24to10():
+    """The shipped 24to10 codebook (three full groups): 36 of the 768 slices a chunk."""
+    codebook = load_codebook("liftquant_24to10")
+    x = np.random.default_rng(17).standard_normal((256, 10)).astype(np.float32)
+    masks, err = codebook.encode(x, "slices")
+    np.testing.assert_allclose(err, code_errors(x, codebook.matrix, masks), rtol=1e-12)
+    assert err.mean() <= codebook.encode(x, "exact")[1].mean() * 1.02
