@@ -222,6 +222,7 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
         for target_spec, fmt in (progress(jobs, desc=f"build {name}") if progress else jobs):
             target = load_target(target_spec)
             record = {"model": name, "format": fmt, "target": target_spec, "device": target.device}
+            start = time.perf_counter()
             try:
                 manifest, build, cached = cached_build(trained.checkpoint, name, directory.name, fmt, target_spec,
                                                        root, code, log=lambda msg: None)
@@ -233,7 +234,7 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
                            "weight_bits": manifest["totals"]["weight_bits"],
                            "library_bytes": files.get("model.so"), "artifact_bytes": sum(files.values()),
                            "files": files, "cubin": manifest["artifacts"].get("cubin", {}).get("built"),
-                           "build_dir": str(build)})
+                           "build_dir": str(build), "seconds": round(time.perf_counter() - start, 2)})
             if target.device == "cpu" and runs_here(target):
                 latencies.append({**record, **time_build(build / "model.so", inputs, plan.latency_rounds),
                                   "source": "measured"})

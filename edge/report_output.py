@@ -62,6 +62,7 @@ def build_rows(sections: dict) -> list[dict]:
                      "all artifacts (KiB)": None if not b["built"] else b["artifact_bytes"] / 1024,
                      "cubin": {True: "yes", False: "no", None: ""}[b.get("cubin")] if b["built"] else "",
                      "host ms": lat["median_ms"] if lat else None,
+                     "build s": b.get("seconds") if b["built"] else None,
                      "build": b["source"] if b["built"] else f"failed: {b['error']}"})
     return rows
 
