@@ -14,7 +14,6 @@ from edgekit.federated.choices import (
     ENGINES,
     GRAPH_METHODS,
     GRAPHS,
-    INPROC_ONLY,
     METHOD_NAMES,
     MIXINGS,
     NOISES,
@@ -76,16 +75,13 @@ DEFAULT_INNER_STEPS = {"diloco": 20, "gossip": 20, "fedrgl": 5, "rieselect": 10}
 DEFAULT_ROUNDS = {"diloco": 10, "gossip": 10, "fedrgl": 20, "rieselect": 12}
 
 
-def reject_foreign_options(ctx: click.Context, method: str, engine: str) -> None:
-    """Options that ``method`` does not read, and engines it cannot run on, as errors naming the option."""
+def reject_foreign_options(ctx: click.Context, method: str) -> None:
+    """Options that ``method`` does not read, as errors naming the option."""
     for param in ctx.command.params:
         allowed = ONLY_FOR.get(param.name)
         if allowed and method not in allowed and ctx.get_parameter_source(param.name) is not ParameterSource.DEFAULT:
             raise click.BadParameter(f"applies to {', '.join(allowed)} only, not to {method}",
                                      param_hint=param.get_error_hint(ctx))
-    if method in INPROC_ONLY and engine != "inproc":
-        raise click.BadParameter(f"{method} runs on the inproc engine only; {engine} is not supported for it yet",
-                                 param_hint="--engine")
 
 
 @click.group()
@@ -193,7 +189,7 @@ def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixin
         raise click.BadParameter(f"must be a client index below --clients {clients}, or -1", param_hint="--straggler")
     if superlink is not None and engine != "deployment":
         raise click.BadParameter("applies to --engine deployment only", param_hint="--superlink")
-    reject_foreign_options(ctx, method, engine)
+    reject_foreign_options(ctx, method)
     rounds = rounds or DEFAULT_ROUNDS[method]
     if method == "fedrgl" and graph_method == "fedrgl" and warmup >= rounds:
         raise click.BadParameter(f"{warmup} warm-up rounds leave none of --rounds {rounds} for FedRGL's filter; "
@@ -209,8 +205,9 @@ def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixin
                                outage_period_s=outage_period, device_flops=peak * efficiency, straggler=straggler,
                                straggler_slowdown=straggler_slowdown, deadline_s=deadline or 0.0, seed=seed,
                                model_config=" ".join(config_items), eval_every=eval_every, graph=graph,
-                               planetoid=str(planetoid or ""), noise=noise, noise_rate=noise_rate, warmup=warmup,
-                               graph_method=graph_method, tasks=tasks, budget=budget, selection=selection)
+                               planetoid=str(planetoid.resolve()) if planetoid else "", noise=noise,
+                               noise_rate=noise_rate, warmup=warmup, graph_method=graph_method, tasks=tasks,
+                               budget=budget, selection=selection)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     torch.set_num_threads(threads)

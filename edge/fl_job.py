@@ -1,14 +1,18 @@
-"""``edgekit fl``: the byte-level LM trained across simulated edge devices, on any engine, and its report.
+"""``edgekit fl``: every method trained across simulated edge devices, on any engine, and its report.
 
-The workload is :mod:`edgekit.models.lm` in its tiny config (overridable), trained by
+DiLoCo and gossip train :mod:`edgekit.models.lm` in its tiny config (overridable), by
 ``clients`` workers, each on its own share of the stdlib train files (file ``k`` of the
 seeded split goes to worker ``k mod clients``), evaluated on the LM's validation windows.
 Compute in the simulated clock is modelled, not measured: FLOPs of one inner step
-(counted once by PyTorch's FLOP counter) times steps, over the device's FLOP/s.
+(counted once by PyTorch's FLOP counter) times steps, over the device's FLOP/s. FedRGL
+trains a GCN on the Louvain clients of a graph with noisy labels (:func:`graph_clients`),
+RieSelect the same LM on stdlib packages one after another (:func:`continual_lm_workload`);
+both come to the apps as runners (:data:`RUNNERS`).
 
 ``server_app`` and ``client_app`` are the Flower components that ``flwr run`` loads for the
-Ray and deployment engines (``edgekit.fl_job:server_app``, ``edgekit.fl_job:client_app``).
-A run writes a JSON report (every number, per round, with provenance) and a PNG.
+Ray and deployment engines (``edgekit.fl_job:server_app``, ``edgekit.fl_job:client_app``);
+the in-process engine runs the same ones. A run writes a JSON report (every number, per
+round, with provenance) and a PNG.
 """
 
 from __future__ import annotations
@@ -23,10 +27,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from flwr.app import Context
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from edgekit.federated.apps import (
+    METHODS,
     RunSettings,
     deadline,
     make_client_app,
@@ -34,14 +40,16 @@ from edgekit.federated.apps import (
     parse_progress,
     run_in_process,
 )
-from edgekit.federated.choices import ENGINES, INPROC_ONLY
+from edgekit.federated.choices import ENGINES, METHOD_NAMES
 from edgekit.federated.engine import GlobalModelStrategy, RunResult
 from edgekit.federated.fedrgl import GraphSettings, graph_summary, run_graph
+from edgekit.federated.fedrgl import register_client as register_graph_client
 from edgekit.federated.flower_run import Federation, LocalFederation, write_app
 from edgekit.federated.graphs import ClientGraph, client_data, load_graph
-from edgekit.federated.network_grid import NetworkGrid
+from edgekit.federated.network_grid import NetworkGrid, in_process_network
 from edgekit.federated.records import RoundRecord
 from edgekit.federated.rieselect import ContinualSettings, ContinualWorkload, run_continual
+from edgekit.federated.rieselect import register_client as register_continual_client
 from edgekit.federated.workload import Workload
 from edgekit.models import lm
 from edgekit.models.registry import make_config, parse_config_items
@@ -171,11 +179,25 @@ def continual_lm_workload(clients: int, tasks: tuple[str, ...] = CONTINUAL_TASKS
     return ContinualWorkload(build, batch_loss, evaluate, len(tasks), lr=config.lr, flops_per_step=step_flops(config))
 
 
-def graph_clients(settings: RunSettings) -> tuple[list[ClientGraph], int]:
-    """FedRGL's clients (Louvain parts of ``settings.graph`` with noisy train labels) and the class count."""
-    graph = load_graph(settings.graph, settings.planetoid or PLANETOID_DIR, settings.seed)
-    return (client_data(graph, settings.clients, noise=settings.noise, rate=settings.noise_rate, seed=settings.seed),
-            graph.num_classes)
+@lru_cache(maxsize=2)
+def _graph_clients(graph: str, planetoid: str, clients: int, noise: str, rate: float,
+                   seed: int) -> tuple[tuple[ClientGraph, ...], int]:
+    data = load_graph(graph, planetoid, seed)
+    return tuple(client_data(data, clients, noise=noise, rate=rate, seed=seed)), data.num_classes
+
+
+def graph_clients(settings: RunSettings) -> tuple[tuple[ClientGraph, ...], int]:
+    """FedRGL's clients (Louvain parts of ``settings.graph`` with noisy train labels) and the
+    class count; the same in every process (all seeded), built once per process."""
+    return _graph_clients(settings.graph, settings.planetoid or str(PLANETOID_DIR), settings.clients, settings.noise,
+                          settings.noise_rate, settings.seed)
+
+
+_continual_workload = lru_cache(maxsize=2)(continual_lm_workload)  # the data is read once per process
+
+
+def continual_workload_for(settings: RunSettings) -> ContinualWorkload:
+    return _continual_workload(settings.clients, settings.task_names, settings.seed, settings.model_config)
 
 
 def graph_settings(settings: RunSettings) -> GraphSettings:
@@ -189,30 +211,31 @@ def continual_settings(settings: RunSettings) -> ContinualSettings:
                              local_steps=settings.inner_steps, budget_fraction=settings.budget, seed=settings.seed)
 
 
-def run_inproc(settings: RunSettings, *, checkpoint: str | None = None,
-               on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
-    """Any method on the in-process engine over ``settings``' simulated network; FedRGL's and
-    RieSelect's own numbers (accuracy and filter counts; per-task loss, forgetting, uplink
-    bytes) join the run's summary."""
-    if settings.method not in INPROC_ONLY:
-        return run_in_process(settings, workload_for, checkpoint=checkpoint, on_round=on_round)
-    if checkpoint is not None:
-        raise ValueError(f"checkpoints are not supported yet for {settings.method}")
+def _deadline_for(settings: RunSettings) -> Callable[[GlobalModelStrategy], float]:
+    return lambda strategy: deadline(settings, strategy, strategy.flops_per_round)
 
-    def timeout(strategy: GlobalModelStrategy) -> float:
-        return deadline(settings, strategy, strategy.flops_per_round)
 
-    if settings.method == "fedrgl":
-        clients, classes = graph_clients(settings)
-        result, grid = run_graph(graph_settings(settings), clients, classes, settings.rounds,
-                                 network=settings.network(), deadline=timeout, on_round=on_round)
-        result.summary.update(graph_summary(result.records))
-        return result, grid
-    workload = continual_lm_workload(settings.clients, settings.task_names, settings.seed, settings.model_config)
-    result, grid, summary = run_continual(continual_settings(settings), workload, network=settings.network(),
-                                          deadline=timeout, on_round=on_round)
+def run_fedrgl(settings: RunSettings, grid: NetworkGrid,
+               on_round: Callable[[RoundRecord], None] | None = None) -> RunResult:
+    """FedRGL (or a baseline) on ``grid``; its accuracy and filter numbers join the run's summary."""
+    clients, classes = graph_clients(settings)
+    result, _ = run_graph(graph_settings(settings), clients, classes, settings.rounds, grid=grid,
+                          deadline=_deadline_for(settings), on_round=on_round)
+    result.summary.update(graph_summary(result.records))
+    return result
+
+
+def run_rieselect(settings: RunSettings, grid: NetworkGrid,
+                  on_round: Callable[[RoundRecord], None] | None = None) -> RunResult:
+    """RieSelect (or a baseline) on ``grid``; per-task loss, forgetting and uplink bytes join the summary."""
+    result, _, summary = run_continual(continual_settings(settings), continual_workload_for(settings), grid=grid,
+                                       deadline=_deadline_for(settings), on_round=on_round)
     result.summary.update(summary)
-    return result, grid
+    return result
+
+
+RUNNERS = {"fedrgl": run_fedrgl, "rieselect": run_rieselect}  # the methods that are not apps.METHODS
+assert set(METHODS) | set(RUNNERS) == set(METHOD_NAMES), "every method needs a strategy in apps or a runner here"
 
 
 # -- reports --------------------------------------------------------------------------------------
@@ -358,8 +381,26 @@ def _write_run_report(settings: RunSettings, result: RunResult, grid: NetworkGri
     write_report(settings.output, report_sections(settings, result, "flower", grid), settings.seed)
 
 
+def _settings_of(context: Context) -> RunSettings:
+    return RunSettings.from_run_config(context.run_config)
+
+
 client_app = make_client_app(workload_for)
-server_app = make_server_app(workload_for, _write_run_report)
+register_graph_client(client_app, lambda context: graph_clients(_settings_of(context))[0])
+register_continual_client(client_app, lambda context: continual_workload_for(_settings_of(context)))
+server_app = make_server_app(workload_for, _write_run_report, runners=RUNNERS)
+
+
+def run_inproc(settings: RunSettings, *, checkpoint: str | None = None,
+               on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
+    """Any method on the in-process engine over ``settings``' simulated network: the same
+    ClientApp and runners as on Flower's engines."""
+    if settings.method not in RUNNERS:
+        return run_in_process(settings, workload_for, checkpoint=checkpoint, on_round=on_round)
+    if checkpoint is not None:
+        raise ValueError(f"checkpoints are not supported yet for {settings.method}")
+    grid = in_process_network(client_app, settings.clients, settings.network(), settings.run_config())
+    return RUNNERS[settings.method](settings, grid, on_round), grid
 
 
 def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint: str | Path | None = None,
@@ -376,9 +417,6 @@ def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
     if superlink is not None and engine != "deployment":
         raise ValueError(f"a SuperLink address applies to the deployment engine, not to {engine!r}")
-    if settings.method in INPROC_ONLY and engine != "inproc":
-        raise ValueError(f"{settings.method} runs on the inproc engine only; the {engine} engine is not supported "
-                         "for it yet")
     output = Path(output).resolve()
     if engine == "inproc":
         result, grid = run_inproc(settings, checkpoint=str(checkpoint) if checkpoint else None, on_round=on_round)

@@ -8,8 +8,9 @@ run in process (:func:`run_in_process`), on Flower's simulation engine and on it
 deployment engine. A method is an entry of :data:`METHODS`: a function of the settings,
 the initial parameters and the FLOPs of one inner step that returns an
 :class:`~.engine.EdgeStrategy`; its ClientApp handlers are registered by an entry of
-:data:`CLIENT_HANDLERS`. The methods of ``choices.INPROC_ONLY`` (FedRGL, RieSelect) share the
-run config and :func:`deadline` but run through their own in-process runners.
+:data:`CLIENT_HANDLERS`. Methods that train something else than a :class:`~.workload.Workload`
+(FedRGL, RieSelect) share the run config and :func:`deadline` and come as runners (see
+:func:`make_server_app`) from whoever builds their data.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log as flwr_log
 
 from . import diloco, gossip
-from .choices import GRAPH_METHODS, GRAPHS, INPROC_ONLY, METHOD_NAMES, NOISES, SELECTIONS
+from .choices import GRAPH_METHODS, GRAPHS, METHOD_NAMES, NOISES, SELECTIONS
 from .compression import check_compression, packed_nbytes
 from .engine import EdgeStrategy, RunResult, run_rounds
 from .links import LinkSpec, Network
@@ -158,8 +159,7 @@ def _gossip(settings: RunSettings, initial: dict, flops_per_step: float) -> Edge
 
 
 METHODS: dict[str, Callable[[RunSettings, dict, float], EdgeStrategy]] = {"diloco": _diloco, "gossip": _gossip}
-assert tuple(METHODS) == tuple(m for m in METHOD_NAMES if m not in INPROC_ONLY), \
-    "choices.METHOD_NAMES must list exactly the methods implemented here, and those of INPROC_ONLY"
+assert set(METHODS) <= set(METHOD_NAMES), "choices.METHOD_NAMES must list every method implemented here"
 CLIENT_HANDLERS: list[Callable[[ClientApp, Callable[[Context], Workload]], None]] = [
     diloco.register_client, gossip.register_client]
 
@@ -190,7 +190,7 @@ def execute(settings: RunSettings, workload: Workload, grid: NetworkGrid, *, che
             on_round: Callable[[RoundRecord], None] | None = None) -> RunResult:
     """Run ``settings.method`` on ``grid`` with ``workload``, evaluating the model centrally."""
     if settings.method not in METHODS:
-        raise ValueError(f"{settings.method} is not a Flower app yet: it runs in process only (on the inproc engine)")
+        raise ValueError(f"{settings.method} has its own runner (see make_server_app's runners), not a strategy here")
     initial = parameters_of(workload.build_model())
     strategy = METHODS[settings.method](settings, initial, workload.flops_per_step)
     timeout = deadline(settings, strategy, settings.inner_steps * workload.flops_per_step)
@@ -236,31 +236,41 @@ def wait_for_nodes(grid: Grid, count: int, timeout_s: float) -> list[int]:
         time.sleep(0.5)
 
 
-PROGRESS = re.compile(r"edgekit round (\d+)/(\d+) sim_time=(\S+) loss=(\S+) used=(\d+) missing=(\d+) rejected=(\d+)")
+PROGRESS = re.compile(r"edgekit round (\d+)/(\d+) sim_time=(\S+) loss=(\S+) used=(\d+) missing=(\d+) rejected=(\d+)"
+                      r"(?: accuracy=(\S+))?")
 
 
 def progress_line(record: RoundRecord, rounds: int) -> str:
-    """One log line per round, the same on every engine (``PROGRESS`` reads it back)."""
-    loss = record.metrics.get("eval", {}).get("loss")
-    return (f"edgekit round {record.round}/{rounds} sim_time={record.sim_time:.6g} loss={loss} "
-            f"used={len(record.used)} missing={len(record.missing)} rejected={len(record.rejected)}")
+    """One log line per round, the same on every engine (``PROGRESS`` reads it back); the
+    accuracy only for methods that measure one (FedRGL)."""
+    evaluated = record.metrics.get("eval", {})
+    accuracy = f" accuracy={evaluated['accuracy']}" if "accuracy" in evaluated else ""
+    return (f"edgekit round {record.round}/{rounds} sim_time={record.sim_time:.6g} loss={evaluated.get('loss')} "
+            f"used={len(record.used)} missing={len(record.missing)} rejected={len(record.rejected)}{accuracy}")
 
 
 def parse_progress(line: str) -> RoundRecord | None:
-    """The round a ServerApp's progress line reports (round, simulated time and loss), or None."""
+    """The round a ServerApp's progress line reports (round, simulated time, loss and any accuracy), or None."""
     match = PROGRESS.search(line)
     if match is None:
         return None
-    loss = None if match.group(4) == "None" else float(match.group(4))
+    evaluated = {key: float(value) for key, value in (("loss", match.group(4)), ("accuracy", match.group(8)))
+                 if value not in (None, "None")}
     return RoundRecord(int(match.group(1)), sim_time=float(match.group(3)),
-                       metrics={"eval": {"loss": loss}} if loss is not None else {})
+                       metrics={"eval": evaluated} if evaluated else {})
+
+
+Runner = Callable[[RunSettings, NetworkGrid, Callable[[RoundRecord], None] | None], RunResult]
 
 
 def make_server_app(workload_for: Callable[[RunSettings], Workload],
                     on_result: Callable[[RunSettings, RunResult, NetworkGrid], None],
-                    node_wait_s: float = 300.0, reply_timeout_s: float = 3600.0) -> ServerApp:
+                    node_wait_s: float = 300.0, reply_timeout_s: float = 3600.0,
+                    runners: Mapping[str, Runner] | None = None) -> ServerApp:
     """The ServerApp of every method: waits for ``clients`` nodes, puts the simulated network
-    on Flower's grid, runs the method and hands the result to ``on_result``."""
+    on Flower's grid, runs the method and hands the result to ``on_result``. A method of
+    :data:`METHODS` runs through :func:`execute`; the others through their entry in
+    ``runners`` (their ClientApp handlers registered by the caller)."""
     app = ServerApp()
 
     @app.main()
@@ -272,8 +282,11 @@ def make_server_app(workload_for: Callable[[RunSettings], Workload],
         def progress(record: RoundRecord) -> None:
             flwr_log(logging.INFO, progress_line(record, settings.rounds))
 
-        result = execute(settings, workload_for(settings), network_grid, checkpoint=settings.checkpoint or None,
-                         on_round=progress)
+        if settings.method in (runners or {}):
+            result = runners[settings.method](settings, network_grid, progress)
+        else:
+            result = execute(settings, workload_for(settings), network_grid, checkpoint=settings.checkpoint or None,
+                             on_round=progress)
         on_result(settings, result, network_grid)
 
     return app

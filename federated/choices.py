@@ -5,9 +5,6 @@ load Flower or PyTorch; the modules that implement each choice import the names 
 """
 
 METHOD_NAMES = ("diloco", "gossip", "fedrgl", "rieselect")
-# Methods with their own in-process runner (fedrgl.run_graph, rieselect.run_continual): they
-# are not Flower apps of apps.METHODS yet, so Flower's engines cannot run them.
-INPROC_ONLY = ("fedrgl", "rieselect")
 ENGINES = ("inproc", "ray", "deployment")
 COMPRESSIONS = ("none", "mxint8", "mxfp4")
 MIXINGS = ("metropolis", "exact")

@@ -322,21 +322,25 @@ def register_client(app: ClientApp, clients_for: Callable[[Context], Sequence[Cl
 
 
 def run_graph(settings: GraphSettings, clients: Sequence[ClientGraph], num_classes: int, rounds: int, *,
-              network: Network | None = None, deadline: Callable[[GraphFL], float] | None = None,
-              checkpoint: str | None = None,
+              grid: NetworkGrid | None = None, network: Network | None = None,
+              deadline: Callable[[GraphFL], float] | None = None, checkpoint: str | None = None,
               on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
-    """``settings.method`` for ``rounds`` rounds on the in-process engine over a simulated network
-    (default: 10 Mbit/s links with 50 ms latency), the global model's test accuracy every round.
-    ``deadline`` gives the exchange deadline for the strategy (simulated seconds, see
-    :func:`.apps.deadline`); without one the server waits for every reply that is not lost."""
+    """``settings.method`` for ``rounds`` rounds, the global model's test accuracy every round.
+
+    It runs on ``grid`` (say, the simulated network over a Flower engine's grid, whose nodes'
+    ClientApp has :func:`register_client`'s handler), else on the in-process engine over
+    ``network`` (default: 10 Mbit/s links with 50 ms latency). ``deadline`` gives the exchange
+    deadline for the strategy (simulated seconds, see :func:`.apps.deadline`); without one the
+    server waits for every reply that is not lost."""
     initial = parameters_of(build_gcn(clients[0].features.shape[1], num_classes, settings))
     biggest = max(clients, key=lambda c: len(c.labels))
     flops = settings.local_epochs * gcn_flops(len(biggest.labels), 2 * biggest.edges.shape[1] + len(biggest.labels),
                                               biggest.features.shape[1], settings.hidden, num_classes)
     strategy = GraphFL(initial, settings, flops)
-    app = ClientApp()
-    register_client(app, lambda _: clients)
-    grid = in_process_network(app, len(clients), network or Network(LinkSpec(10e6, 0.05), 1e10, seed=settings.seed))
+    if grid is None:
+        app = ClientApp()
+        register_client(app, lambda _: clients)
+        grid = in_process_network(app, len(clients), network or Network(LinkSpec(10e6, 0.05), 1e10, seed=settings.seed))
     timeout = deadline(strategy) if deadline is not None else None
 
     def evaluate(_, arrays):

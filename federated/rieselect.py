@@ -318,23 +318,28 @@ class ContinualFL(GlobalModelStrategy):
         self.fishers, self.anchors = list(state["fishers"]), list(state["anchors"])
 
 
-def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, network: Network | None = None,
-                  deadline: Callable[[ContinualFL], float] | None = None,
+def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, grid: NetworkGrid | None = None,
+                  network: Network | None = None, deadline: Callable[[ContinualFL], float] | None = None,
                   on_round: Callable[[RoundRecord], None] | None = None,
                   ) -> tuple[RunResult, NetworkGrid, dict]:
-    """Every task in order on the in-process engine over a simulated network (default: 10 Mbit/s
-    links with 50 ms latency); (the run, its grid, the summary: average final loss over tasks,
+    """Every task in order; (the run, its grid, the summary: average final loss over tasks,
     forgetting, uplink bytes, the mean fraction of layers sent and the server's steps).
-    ``deadline`` gives the exchange deadline for the strategy (simulated seconds, see
-    :func:`.apps.deadline`); without one the server waits for every reply that is not lost.
+
+    It runs on ``grid`` (say, the simulated network over a Flower engine's grid, whose nodes'
+    ClientApp has :func:`register_client`'s handler), else on the in-process engine over
+    ``network`` (default: 10 Mbit/s links with 50 ms latency). ``deadline`` gives the exchange
+    deadline for the strategy (simulated seconds, see :func:`.apps.deadline`); without one the
+    server waits for every reply that is not lost.
 
     Forgetting of task ``t``: its loss at the end of the run minus its loss when its own
     rounds ended, averaged over every task but the last (``forgetting_by_task``: each)."""
     initial = parameters_of(workload.build_model())
     strategy = ContinualFL(initial, settings, settings.local_steps * workload.flops_per_step)
-    app = ClientApp()
-    register_client(app, lambda _: workload)
-    grid = in_process_network(app, settings.clients, network or Network(LinkSpec(10e6, 0.05), 1e10, seed=settings.seed))
+    if grid is None:
+        app = ClientApp()
+        register_client(app, lambda _: workload)
+        grid = in_process_network(app, settings.clients,
+                                  network or Network(LinkSpec(10e6, 0.05), 1e10, seed=settings.seed))
     timeout = deadline(strategy) if deadline is not None else None
 
     def evaluate(_, arrays):

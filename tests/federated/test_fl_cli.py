@@ -5,9 +5,10 @@ from click.testing import CliRunner
 
 from edgekit.cli import main
 from edgekit.federated.apps import METHODS
-from edgekit.federated.choices import INPROC_ONLY, METHOD_NAMES
+from edgekit.federated.choices import METHOD_NAMES
 from edgekit.federated.flower_run import LocalFederation
 from edgekit.fl_cli import fl, parse_duration, parse_rate
+from edgekit.fl_job import RUNNERS
 
 
 def invoke(*args):
@@ -17,8 +18,8 @@ def invoke(*args):
 def test_registered_in_edgekit():
     result = CliRunner().invoke(main, ["fl", "run", "--help"])
     assert result.exit_code == 0 and "--bandwidth" in result.output and "--engine" in result.output
-    # the CLI's choices are the implemented methods: Flower apps, and those with their own in-process runner
-    assert tuple(METHODS) + INPROC_ONLY == METHOD_NAMES
+    # the CLI's choices are the implemented methods: strategies of the apps, and runners of the job
+    assert tuple(METHODS) + tuple(RUNNERS) == METHOD_NAMES
 
 
 def test_rates_and_durations():
@@ -59,10 +60,6 @@ def test_bad_input_names_the_parameter(args, message):
     ("fedrgl", ["--selection", "topk"], "Invalid value for '--selection': applies to rieselect only, not to fedrgl"),
     ("rieselect", ["--graph", "cora"], "Invalid value for '--graph': applies to fedrgl only, not to rieselect"),
     ("rieselect", ["--eval-every", "2"], "Invalid value for '--eval-every': applies to diloco, gossip only"),
-    ("fedrgl", ["--engine", "ray"],
-     "Invalid value for --engine: fedrgl runs on the inproc engine only; ray is not supported for it yet"),
-    ("rieselect", ["--engine", "deployment"],
-     "Invalid value for --engine: rieselect runs on the inproc engine only; deployment is not supported for it yet"),
     ("fedrgl", ["--graph", "pubmed"], "Invalid value for '--graph': 'pubmed' is not one of 'csbm', 'cora', 'citeseer'"),
     ("fedrgl", ["--noise", "flip"], "Invalid value for '--noise': 'flip' is not one of 'uniform', 'pair'"),
     ("fedrgl", ["--noise-rate", "1"], "Invalid value for '--noise-rate': 1.0 is not in the range 0.0<=x<1.0"),
@@ -189,3 +186,21 @@ def test_cli_on_flowers_engines(tmp_path, engine):
     report = json.loads(out.read_text())
     assert report["engine"] == engine.split()[0] and [r["round"] for r in report["rounds"]] == [0, 1, 2]
     assert report["summary"]["bytes"]["up"] > 0 and report["rounds"][2]["used"] == [0, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["deployment", "ray"])
+@pytest.mark.parametrize("method,args", [("fedrgl", ["--warmup", "1"]), ("rieselect", ["--tasks", "email,json"])])
+def test_fedrgl_and_rieselect_on_flowers_engines(tmp_path, engine, method, args):
+    """The apps the in-process engine runs, on Flower's engines: the same model, evaluated the same, every round."""
+    if engine == "ray":
+        pytest.importorskip("ray", reason="Ray is not installed (pip install 'edgekit[ray]')")
+    common = ["run", method, "--clients", "2", "--rounds", "2", "-H", "2", "--drop", "0.1", *args]
+    assert invoke(*common, "-o", str(tmp_path / "here.json")).exit_code == 0
+    result = invoke(*common, "--engine", engine, "-o", str(tmp_path / "there.json"))
+    assert result.exit_code == 0, result.output
+    here, there = (json.loads((tmp_path / name).read_text()) for name in ("here.json", "there.json"))
+    assert there["engine"] == engine and [r["round"] for r in there["rounds"]] == [0, 1, 2]
+    assert [r["metrics"].get("eval") for r in there["rounds"]] == [r["metrics"].get("eval") for r in here["rounds"]]
+    assert [r["used"] for r in there["rounds"]] == [r["used"] for r in here["rounds"]]
+    assert there["summary"]["bytes"]["up"] > 0
