@@ -75,7 +75,7 @@ class SearchTables:
     def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(T (G, 256, d), ||T||^2 (G, 256), cross (G, G, 256, 256), sizes (G,)): the group tables.
 
-        ``cross[g, h] = 2 T_g T_h^T`` for g < h (other slots unused); ``sizes[g]`` is the
+        ``cross[g, h] = 2 T_g T_h^T`` for g != h (the diagonal is unused); ``sizes[g]`` is the
         number of patterns of group g (256, or fewer for a short last group).
         """
         m = self.matrix.astype(np.float64)
@@ -94,6 +94,7 @@ class SearchTables:
         for g in range(G):
             for h in range(g + 1, G):
                 cross[g, h] = 2.0 * tabs[g] @ tabs[h].T
+                cross[h, g] = cross[g, h].T
         return (tabs.astype(np.float32), (tabs**2).sum(-1).astype(np.float32), cross.astype(np.float32), sizes)
 
     @cached_property
@@ -102,9 +103,11 @@ class SearchTables:
         return np.ascontiguousarray(self.groups[0].transpose(0, 2, 1))
 
     @cached_property
-    def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(U (G, d, R), U_b^T T_a as (G, G, R, 256), dims (G,)): U_b is an orthonormal basis of the
-        complement of the span of group b's columns (``dims[b]`` of its R columns are used)."""
+    def bounds(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(U (G, d, R), U_b^T T_a as (G, G, R, 256), dims (G,), C (G, 8, d), C_b T_a as (G, G, 8, 256)):
+        U_b is an orthonormal basis of the complement of the span of group b's columns
+        (``dims[b]`` of its R columns are used), C_b those columns as rows (zero past a short
+        group's last)."""
         m = self.matrix.astype(np.float64)
         tabs, _, _, sizes = self.groups
         d, G = m.shape[0], tabs.shape[0]
@@ -115,7 +118,13 @@ class SearchTables:
             u = np.linalg.svd(m[:, g * GROUP_BITS: (g + 1) * GROUP_BITS])[0]
             bases[g, :, : dims[g]] = u[:, d - dims[g]:]
         proj = np.einsum("amk,bkr->abrm", tabs.astype(np.float64), bases)
-        return bases.astype(np.float32), np.ascontiguousarray(proj, np.float32), dims
+        cols = np.zeros((G, GROUP_BITS, d))
+        for g in range(G):
+            block = m[:, g * GROUP_BITS: (g + 1) * GROUP_BITS].T
+            cols[g, : block.shape[0]] = block
+        reach = np.einsum("amk,bik->abim", tabs.astype(np.float64), cols)
+        return (bases.astype(np.float32), np.ascontiguousarray(proj, np.float32), dims, cols.astype(np.float32),
+                np.ascontiguousarray(reach, np.float32))
 
     @cached_property
     def slice_ranking(self) -> tuple[np.ndarray, np.ndarray]:
@@ -346,14 +355,17 @@ def group_terms(y, tabs_t, norms, g, n, out):
 
 
 @njit(inline="always")
-def scan_pair(y, e0, a, b, cross, sizes, bases, proj_t, dims, ua, ub, rb, best):
-    """(error, m_a, m_b) of the best patterns of groups a < b for the residual ``y`` (``e0 = ||y||^2``,
+def scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, best, rb, sup, ym):
+    """(error, m_a, m_b) of the best patterns of groups a != b for the residual ``y`` (``e0 = ||y||^2``,
     ``ua``, ``ub`` its :func:`group_terms`) that beats ``best``; m_a = -1 if none does.
 
-    Row m_a is skipped when its part outside the span of group b's columns alone is
-    ``>= best``; a row is searched for its minimum only when an or-reduction (which
-    vectorizes) says it holds an improvement.
+    Row m_a, residual ``z = y - T_a[m_a]``, is skipped when a lower bound on its errors is
+    ``>= best``: the part of z outside the span of group b's columns, plus how far z's part
+    inside the span (length L) lies beyond what any ``T_b = sum_i +-M_i`` reaches along it,
+    ``L - sum_i |z . M_i| / L``. A row is searched for its minimum only when an
+    or-reduction (which vectorizes) says it holds an improvement. ``rb``, ``sup``, ``ym``: scratch.
     """
+    bases, proj_t, dims, cols_t, reach_t = bounds
     na, nb = sizes[a], sizes[b]
     for m in range(na):
         rb[m] = np.float32(0.0)
@@ -364,6 +376,20 @@ def scan_pair(y, e0, a, b, cross, sizes, bases, proj_t, dims, ua, ub, rb, best):
         for m in range(na):
             t = uy - proj_t[a, b, j, m]
             rb[m] += t * t
+    for i in range(GROUP_BITS):
+        acc = np.float32(0.0)
+        for k in range(y.shape[0]):
+            acc += cols_t[b, i, k] * y[k]
+        ym[i] = acc
+    for m in range(na):
+        sup[m] = np.float32(0.0)
+    for i in range(GROUP_BITS):
+        for m in range(na):
+            sup[m] += abs(ym[i] - reach_t[a, b, i, m])
+    for m in range(na):
+        par = max(e0 + ua[m] - rb[m], np.float32(1e-30))
+        over = max(par - sup[m], np.float32(0.0))
+        rb[m] += over * over / par
     best_a, best_b = -1, -1
     for ma in range(na):
         if rb[ma] >= best:
@@ -395,7 +421,7 @@ def mask_error(x, m, t, mask, r):
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
-def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bases, proj_t, dims, i0, i1, masks):
+def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bounds, i0, i1, masks):
     """Block descent from ``masks[i]`` for chunks ``i0 .. i1``, in place.
 
     Each move re-optimizes two groups of signs exactly (one group when there is only one),
@@ -408,6 +434,8 @@ def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bases, proj_t, dims, 
     ua = np.empty(256, np.float32)
     ub = np.empty(256, np.float32)
     rb = np.empty(256, np.float32)
+    sup = np.empty(256, np.float32)
+    ym = np.empty(GROUP_BITS, np.float32)
     y = np.empty(d, np.float32)
     r = np.empty(d, np.float64)
     for t in range(i0, i1):
@@ -439,7 +467,7 @@ def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bases, proj_t, dims, 
             group_terms(y, tabs_t, norms, b, sizes[b], ub)
             here = e0 + ua[ma] + (ub[mb] + cross[a, b, ma, mb])
             stale += 1
-            _, na, nb = scan_pair(y, e0, a, b, cross, sizes, bases, proj_t, dims, ua, ub, rb, here)
+            _, na, nb = scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, here, rb, sup, ym)
             if na >= 0:
                 moved = (mask & ~((np.uint32(255) << shift_a) | (np.uint32(255) << shift_b))
                          | (np.uint32(na) << shift_a) | (np.uint32(nb) << shift_b))
@@ -456,18 +484,21 @@ def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bases, proj_t, dims, 
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
-def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bases, proj_t, dims, whiten, ranked_t, k, i0, i1, out_masks):
+def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bounds, whiten, ranked_t, k, i0, i1, out_masks):
     """The ``slices`` search for chunks ``i0 .. i1`` of a three-group codebook (17 <= D <= 24)."""
     d = x.shape[1]
     G = tabs.shape[0]
     ua = np.empty(256, np.float32)
     ub = np.empty(256, np.float32)
     rb = np.empty(256, np.float32)
+    sup = np.empty(256, np.float32)
+    ym = np.empty(GROUP_BITS, np.float32)
     q = np.empty(256, np.float32)
     y = np.empty(d, np.float32)
     wx = np.empty(d, np.float32)
     top_q = np.empty(k, np.float32)
     order = np.empty((G, k), np.int64)
+    lin = np.empty((G, 256), np.float32)
     for t in range(i0, i1):
         for s in range(G):
             for i in range(d):
@@ -494,8 +525,19 @@ def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bases, proj_t, dims, whit
                         r -= 1
                     top_q[r] = v
                     order[s, r] = m
-        best = np.float32(np.inf)
+        for g in range(G):
+            for i in range(d):
+                y[i] = x[t, i]
+            group_terms(y, tabs_t, norms, g, sizes[g], lin[g])
+        best = np.float32(0.0)  # start the bound at the code of every group's most likely value
         mask = np.uint32(0)
+        for i in range(d):
+            acc = x[t, i]
+            for s in range(G):
+                acc -= tabs[s, order[s, 0], i]
+            best += acc * acc
+        for s in range(G):
+            mask |= np.uint32(order[s, 0]) << np.uint32(GROUP_BITS * s)
         for r in range(k):  # most likely slices of every group first, so that the bound tightens early
             for s in range(G):
                 ms = order[s, r]
@@ -507,9 +549,11 @@ def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bases, proj_t, dims, whit
                 for i in range(d):
                     y[i] = x[t, i] - tabs[s, ms, i]
                     e0 += y[i] * y[i]
-                group_terms(y, tabs_t, norms, a, sizes[a], ua)
-                group_terms(y, tabs_t, norms, b, sizes[b], ub)
-                best, na, nb = scan_pair(y, e0, a, b, cross, sizes, bases, proj_t, dims, ua, ub, rb, best)
+                for m in range(sizes[a]):  # the terms of y = x - T_s[ms], from the chunk's and the cross tables
+                    ua[m] = lin[a, m] + cross[s, a, ms, m]
+                for m in range(sizes[b]):
+                    ub[m] = lin[b, m] + cross[s, b, ms, m]
+                best, na, nb = scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, best, rb, sup, ym)
                 if na >= 0:
                     mask = ((np.uint32(ms) << np.uint32(GROUP_BITS * s)) | (np.uint32(na) << np.uint32(GROUP_BITS * a))
                             | (np.uint32(nb) << np.uint32(GROUP_BITS * b)))
@@ -604,11 +648,10 @@ def local_refine(x, tables: SearchTables, masks: np.ndarray) -> tuple[np.ndarray
     flat = np.ascontiguousarray(masks, np.uint32).reshape(-1).copy()
     err = np.zeros(flat.size, np.float64)
     starts = np.repeat(x, K, axis=0) if K > 1 else x
-    bases, proj_t, dims = tables.bounds
 
     def refine(i0, i1):
-        block_descent(starts, tables.matrix, tabs, tables.transposed, norms, cross, sizes, bases, proj_t, dims,
-                      i0, i1, flat)
+        block_descent(starts, tables.matrix, tabs, tables.transposed, norms, cross, sizes, tables.bounds, i0, i1,
+                      flat)
         local_search(starts, tables.matrix, tables.column_norms, i0, i1, flat, err)
 
     parallel_map(flat.size, refine, 64)
@@ -620,15 +663,14 @@ def local_refine(x, tables: SearchTables, masks: np.ndarray) -> tuple[np.ndarray
 def slice_codes(x, tables: SearchTables) -> np.ndarray:
     """Codes (n,) of the ``slices`` search; with at most two groups one block move from any code is exact."""
     tabs, norms, cross, sizes = tables.groups
-    bases, proj_t, dims = tables.bounds
     masks = np.zeros(x.shape[0], np.uint32)
     if tabs.shape[0] <= 2:
         parallel_map(x.shape[0], lambda i0, i1: block_descent(
-            x, tables.matrix, tabs, tables.transposed, norms, cross, sizes, bases, proj_t, dims, i0, i1, masks), 64)
+            x, tables.matrix, tabs, tables.transposed, norms, cross, sizes, tables.bounds, i0, i1, masks), 64)
         return masks
     whiten, ranked_t = tables.slice_ranking
     parallel_map(x.shape[0], lambda i0, i1: slice_chunks(
-        x, tabs, tables.transposed, norms, cross, sizes, bases, proj_t, dims, whiten, ranked_t, SLICES_PER_GROUP,
+        x, tabs, tables.transposed, norms, cross, sizes, tables.bounds, whiten, ranked_t, SLICES_PER_GROUP,
         i0, i1, masks), 16)
     return masks
 
