@@ -18,6 +18,7 @@ from edgekit.federated.choices import (
     MIXINGS,
     NOISES,
     SELECTIONS,
+    split_tasks,
 )
 from edgekit.federated.topology import TOPOLOGIES
 
@@ -70,9 +71,10 @@ ONLY_FOR = {"mixing_steps": ("gossip",), "topology": ("gossip",), "mixing": ("go
             **dict.fromkeys(("graph", "planetoid", "noise", "noise_rate", "warmup", "graph_method"), ("fedrgl",)),
             **dict.fromkeys(("tasks", "budget", "selection"), ("rieselect",))}
 # Per-method defaults of --inner-steps and --rounds (FedRGL: past its 10 warm-up rounds;
-# RieSelect: 4 rounds per task of the default 3)
+# RieSelect: rounds per task)
 DEFAULT_INNER_STEPS = {"diloco": 20, "gossip": 20, "fedrgl": 5, "rieselect": 10}
-DEFAULT_ROUNDS = {"diloco": 10, "gossip": 10, "fedrgl": 20, "rieselect": 12}
+DEFAULT_ROUNDS = {"diloco": 10, "gossip": 10, "fedrgl": 20}
+DEFAULT_ROUNDS_PER_TASK = 4
 
 
 def reject_foreign_options(ctx: click.Context, method: str) -> None:
@@ -94,7 +96,8 @@ def fl():
 @click.argument("method", type=click.Choice(METHOD_NAMES))
 @click.option("--clients", type=click.IntRange(2), default=8, show_default=True, help="Workers, one data share each.")
 @click.option("--rounds", type=click.IntRange(1), default=None,
-              help="Rounds (default: diloco, gossip 10; fedrgl 20; rieselect 12, the same number for each task).")
+              help="Rounds (default: diloco, gossip 10; fedrgl 20; rieselect 4 per task, and a multiple of the "
+                   "number of tasks).")
 @click.option("-H", "--inner-steps", type=click.IntRange(1), default=None,
               help="Local steps per worker per round: AdamW steps (default: diloco, gossip 20; rieselect 10) "
                    "or full-batch epochs (fedrgl, default 5).")
@@ -190,7 +193,9 @@ def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixin
     if superlink is not None and engine != "deployment":
         raise click.BadParameter("applies to --engine deployment only", param_hint="--superlink")
     reject_foreign_options(ctx, method)
-    rounds = rounds or DEFAULT_ROUNDS[method]
+    if rounds is None:
+        rounds = (DEFAULT_ROUNDS_PER_TASK * max(len(split_tasks(tasks)), 1) if method == "rieselect"
+                  else DEFAULT_ROUNDS[method])
     if method == "fedrgl" and graph_method == "fedrgl" and warmup >= rounds:
         raise click.BadParameter(f"{warmup} warm-up rounds leave none of --rounds {rounds} for FedRGL's filter; "
                                  "use fewer", param_hint="--warmup")

@@ -29,7 +29,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log as flwr_log
 
 from . import diloco, gossip
-from .choices import GRAPH_METHODS, GRAPHS, METHOD_NAMES, NOISES, SELECTIONS
+from .choices import GRAPH_METHODS, GRAPHS, METHOD_NAMES, NOISES, SELECTIONS, split_tasks
 from .compression import check_compression, packed_nbytes
 from .engine import EdgeStrategy, RunResult, run_rounds
 from .links import LinkSpec, Network
@@ -97,6 +97,8 @@ class RunSettings:
                               ("selection", SELECTIONS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; allowed: {', '.join(allowed)}")
+        if self.method == "rieselect" and not self.task_names:
+            raise ValueError(f"tasks must name at least one stdlib package, got {self.tasks!r}")
         if self.method == "rieselect" and self.rounds % len(self.task_names):
             raise ValueError(f"rounds ({self.rounds}) must be a multiple of the number of tasks "
                              f"({len(self.task_names)}: {', '.join(self.task_names)}); each task gets the same rounds")
@@ -118,7 +120,7 @@ class RunSettings:
 
     @property
     def task_names(self) -> tuple[str, ...]:
-        return tuple(t.strip() for t in self.tasks.split(",") if t.strip())
+        return split_tasks(self.tasks)
 
     def network(self) -> Network:
         link = LinkSpec(self.bandwidth_bps, self.latency_s, self.jitter_s, self.drop, self.outage,

@@ -13,3 +13,8 @@ GRAPHS = ("csbm", *PLANETOID)  # csbm is generated; the Planetoid graphs are rea
 NOISES = ("uniform", "pair")
 GRAPH_METHODS = ("fedavg", "fedprox", "fedavg+filter", "fedrgl")
 SELECTIONS = ("full", "random", "topk", "rieselect")
+
+
+def split_tasks(text: str) -> tuple[str, ...]:
+    """RieSelect's tasks from their comma-separated names (blanks ignored)."""
+    return tuple(t.strip() for t in text.split(",") if t.strip())

@@ -69,6 +69,7 @@ def test_bad_input_names_the_parameter(args, message):
     ("rieselect", ["--selection", "all"], "Invalid value for '--selection': 'all' is not one of 'full', 'random'"),
     ("rieselect", ["--budget", "0"], "Invalid value for '--budget': 0.0 is not in the range 0.0<x<=1.0"),
     ("rieselect", ["--rounds", "4"], "rounds (4) must be a multiple of the number of tasks (3: email, asyncio"),
+    ("rieselect", ["--tasks", ","], "tasks must name at least one stdlib package, got ','"),
 ])
 def test_options_of_other_methods_and_bad_method_options(method, args, message):
     result = invoke("run", method, *args)
