@@ -103,7 +103,8 @@ def test_compile_builds_the_codes_quantize_wrote(checkpoint, tmp_path):
     codes, saved, out = tmp_path / "codes.npz", tmp_path / "q.pt", tmp_path / "build"
     result = CliRunner().invoke(quantize, [str(path), "--bits", "3", "--configs", "8to4,16to8,12to4",
                                            "--finetune-steps", "4", "--calibration-batches", "2",
-                                           "--codes", str(codes), "--save", str(saved)], catch_exceptions=False)
+                                           "--codes", str(codes), "--save", str(saved), "-o", str(tmp_path / "q.json")],
+                                catch_exceptions=False)
     assert result.exit_code == 0, result.output
     result = run("compile", saved, "--codes", codes, "--target", "host", "-o", out)
     assert result.exit_code == 0, result.output
