@@ -18,7 +18,7 @@ their transfer runs while the receiver computes.
 
 from __future__ import annotations
 
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Array, ConfigRecord, Message, RecordDict
 from flwr.supercore.inflatable.inflatable_object import (
     InflatableObject,
     get_all_nested_objects,
@@ -31,10 +31,38 @@ PUBLISH = "publish"
 TIMING = "timing"
 
 
+_WIRE = "_edgekit_wire"  # an Array's cached (object id, its and its chunks' deflated bytes)
+
+
+def _array_objects(array: Array) -> dict[str, bytes]:
+    """The deflated bytes of ``array`` and its chunks, kept on the Array while its contents stay
+    the same: one payload travels many times (a published record to every neighbour, each
+    time sized and copied), and hashing and copying its chunks again was most of the engine's
+    time. Flower marks an Array dirty and drops its id whenever a field is set, so a cache
+    whose id is the Array's current, clean id is still exact."""
+    cached = array.__dict__.get(_WIRE)
+    if cached is not None and not array.is_dirty and array.__dict__.get("_object_id") == cached[0]:
+        return cached[1]
+    objects = {object_id: nested.deflate() for object_id, nested in get_all_nested_objects(array).items()}
+    array.__dict__[_WIRE] = (array.object_id, objects)
+    return objects
+
+
+def _collect(obj: InflatableObject, out: dict[str, bytes]) -> None:
+    if isinstance(obj, Array):
+        out.update(_array_objects(obj))
+        return
+    for child in (obj.children or {}).values():
+        _collect(child, out)
+    out[obj.object_id] = obj.deflate()
+
+
 def wire_objects(obj: InflatableObject) -> dict[str, bytes]:
     """Object id -> deflated bytes of ``obj`` and everything nested in it, each unique object once."""
     with no_object_id_recompute():  # each object's id (a hash of its bytes) computed once, not per ancestor
-        return {object_id: nested.deflate() for object_id, nested in get_all_nested_objects(obj).items()}
+        out: dict[str, bytes] = {}
+        _collect(obj, out)
+        return out
 
 
 def nbytes(obj: InflatableObject) -> int:
