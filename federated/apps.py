@@ -16,6 +16,7 @@ the initial parameters and the FLOPs of one inner step that returns an
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 import time
@@ -205,12 +206,18 @@ def execute(settings: RunSettings, workload: Workload, grid: NetworkGrid, *, che
     return result
 
 
+@functools.lru_cache(maxsize=8)
+def _settings(run_config: tuple) -> RunSettings:
+    """Settings from a run config's items, parsed and checked once (every message's handler asks)."""
+    return RunSettings.from_run_config(dict(run_config))
+
+
 def make_client_app(workload_for: Callable[[RunSettings], Workload]) -> ClientApp:
     """The ClientApp of every method; a client's workload comes from the run config."""
     app = ClientApp()
 
     def context_workload(context: Context) -> Workload:
-        return workload_for(RunSettings.from_run_config(context.run_config))
+        return workload_for(_settings(tuple(sorted(context.run_config.items()))))
 
     for register in CLIENT_HANDLERS:
         register(app, context_workload)

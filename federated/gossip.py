@@ -41,7 +41,7 @@ from .engine import EdgeStrategy, client_index, simulated_clock
 from .records import RoundRecord
 from .topology import TOPOLOGIES, exact_average, graph, lazy_metropolis
 from .wire import PUBLISH, TIMING, peer_record_name, peer_sources, timing_record, wire_objects
-from .workload import Workload, parameters_of
+from .workload import Workload, initial_parameters
 
 ROUND_ACTION, MIX_ACTION = "gossip", "mix"
 SELF_WEIGHT = "self"
@@ -228,7 +228,7 @@ def split_state(state: dict[str, np.ndarray], momentum: dict[str, np.ndarray] | 
 
 def _worker_state(context: Context, workload: Workload) -> tuple[dict, dict]:
     records = context.state.array_records
-    params = from_record(records[PARAMS]) if PARAMS in records else parameters_of(workload.build_model())
+    params = from_record(records[PARAMS]) if PARAMS in records else initial_parameters(workload)
     momentum = from_record(records[MOMENTUM]) if MOMENTUM in records else {k: np.zeros_like(v) for k, v in params.items()}
     return params, momentum
 

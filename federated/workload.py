@@ -61,6 +61,15 @@ def load_parameters(model: nn.Module, arrays: dict[str, np.ndarray]) -> nn.Modul
 
 
 _MODELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_INITIAL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def initial_parameters(workload: Workload) -> dict[str, np.ndarray]:
+    """A copy of ``workload``'s initial parameters, built once per workload in this process
+    (``build_model`` gives the same weights on every call; every in-process worker needs them)."""
+    if workload not in _INITIAL:
+        _INITIAL[workload] = parameters_of(workload.build_model())
+    return {name: x.copy() for name, x in _INITIAL[workload].items()}
 
 
 def model_holding(workload: Workload, key, arrays: dict[str, np.ndarray]) -> nn.Module:
