@@ -10,7 +10,9 @@ Three searches, all Numba, parallel over chunks:
 * ``fast+local``: ``fast``, keeping its K best distinct codes; from each, a block descent
   (re-optimize two groups of 8 signs at a time exactly, the others fixed, cycling over the
   pairs of groups until none lowers the error), then 1-bit-flip steepest descent in float64;
-  keep the best result. With at most two groups (D <= 16) one block move is the exact search.
+  keep the best result. With at most two groups (D <= 16) one block move is the exact search;
+  with three (17 <= D <= 24) the ``slices`` code is one more start (each of the two
+  searches finds codes the other misses).
 * ``slices`` (up to D = 24): the exact search over the codes whose value in one group of 8
   signs is among that group's ``SLICES_PER_GROUP`` most likely values, for each group in
   turn. A group's values are ranked by the Gaussian density, at ``x - T_g[m]``, of what the
@@ -694,6 +696,8 @@ def search_codes(x, tables: SearchTables, search: str = "fast+local",
     else:
         candidates = fast_candidates(x, tables, 1 if search == "fast" else starts)
         if search == "fast+local":
+            if tables.groups[0].shape[0] == 3:  # the two searches miss different chunks: start from both
+                candidates = np.concatenate([candidates, slice_codes(x, tables)[:, None]], axis=1)
             return local_refine(x, tables, candidates)
         masks = candidates[:, 0].copy()
     return masks, code_errors(x, m, masks)
