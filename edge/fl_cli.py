@@ -67,7 +67,7 @@ PROBABILITY = click.FloatRange(0.0, 1.0)
 # The options (by parameter name) that only some methods read; giving one to another method is an error.
 ONLY_FOR = {"mixing_steps": ("gossip",), "topology": ("gossip",), "mixing": ("gossip",),
             "compression": ("diloco", "gossip"), "eval_every": ("diloco", "gossip"),
-            "checkpoint": ("diloco", "gossip"), "config_items": ("diloco", "gossip", "rieselect"),
+            "config_items": ("diloco", "gossip", "rieselect"),
             **dict.fromkeys(("graph", "planetoid", "noise", "noise_rate", "warmup", "graph_method"), ("fedrgl",)),
             **dict.fromkeys(("tasks", "budget", "selection"), ("rieselect",))}
 # Per-method defaults of --inner-steps and --rounds (FedRGL: past its 10 warm-up rounds;

@@ -17,6 +17,7 @@ round, with provenance) and a PNG.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import sysconfig
@@ -215,12 +216,19 @@ def _deadline_for(settings: RunSettings) -> Callable[[GlobalModelStrategy], floa
     return lambda strategy: deadline(settings, strategy, strategy.flops_per_round)
 
 
+def _checkpointed(settings: RunSettings) -> dict:
+    """What a checkpoint of a FedRGL or RieSelect run records and a resume must match: every
+    setting (the data's too: graph, noise, tasks, clients, seed, ...) but where files go."""
+    return {k: v for k, v in settings.run_config().items() if k not in ("checkpoint", "output")}
+
+
 def run_fedrgl(settings: RunSettings, grid: NetworkGrid,
                on_round: Callable[[RoundRecord], None] | None = None) -> RunResult:
     """FedRGL (or a baseline) on ``grid``; its accuracy and filter numbers join the run's summary."""
     clients, classes = graph_clients(settings)
     result, _ = run_graph(graph_settings(settings), clients, classes, settings.rounds, grid=grid,
-                          deadline=_deadline_for(settings), on_round=on_round)
+                          deadline=_deadline_for(settings), checkpoint=settings.checkpoint or None,
+                          config=_checkpointed(settings), on_round=on_round)
     result.summary.update(graph_summary(result.records))
     return result
 
@@ -229,7 +237,8 @@ def run_rieselect(settings: RunSettings, grid: NetworkGrid,
                   on_round: Callable[[RoundRecord], None] | None = None) -> RunResult:
     """RieSelect (or a baseline) on ``grid``; per-task loss, forgetting and uplink bytes join the summary."""
     result, _, summary = run_continual(continual_settings(settings), continual_workload_for(settings), grid=grid,
-                                       deadline=_deadline_for(settings), on_round=on_round)
+                                       deadline=_deadline_for(settings), on_round=on_round,
+                                       checkpoint=settings.checkpoint or None, config=_checkpointed(settings))
     result.summary.update(summary)
     return result
 
@@ -397,10 +406,8 @@ def run_inproc(settings: RunSettings, *, checkpoint: str | None = None,
     ClientApp and runners as on Flower's engines."""
     if settings.method not in RUNNERS:
         return run_in_process(settings, workload_for, checkpoint=checkpoint, on_round=on_round)
-    if checkpoint is not None:
-        raise ValueError(f"checkpoints are not supported yet for {settings.method}")
     grid = in_process_network(client_app, settings.clients, settings.network(), settings.run_config())
-    return RUNNERS[settings.method](settings, grid, on_round), grid
+    return RUNNERS[settings.method](dataclasses.replace(settings, checkpoint=checkpoint or ""), grid, on_round), grid
 
 
 def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint: str | Path | None = None,
@@ -417,6 +424,10 @@ def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
     if superlink is not None and engine != "deployment":
         raise ValueError(f"a SuperLink address applies to the deployment engine, not to {engine!r}")
+    if checkpoint and engine != "inproc" and settings.method in RUNNERS:
+        # their clients' state (RieSelect's Fisher anchors) lives in Flower's node contexts there, which
+        # no checkpoint holds, so a resumed run would not be the uninterrupted one
+        raise ValueError(f"checkpoints of {settings.method} are supported on the inproc engine only, not on {engine}")
     output = Path(output).resolve()
     if engine == "inproc":
         result, grid = run_inproc(settings, checkpoint=str(checkpoint) if checkpoint else None, on_round=on_round)

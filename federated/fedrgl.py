@@ -26,8 +26,9 @@ The true labels a client holds serve its test accuracy and the filter's diagnost
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 import torch
@@ -324,6 +325,7 @@ def register_client(app: ClientApp, clients_for: Callable[[Context], Sequence[Cl
 def run_graph(settings: GraphSettings, clients: Sequence[ClientGraph], num_classes: int, rounds: int, *,
               grid: NetworkGrid | None = None, network: Network | None = None,
               deadline: Callable[[GraphFL], float] | None = None, checkpoint: str | None = None,
+              config: dict | None = None,
               on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
     """``settings.method`` for ``rounds`` rounds, the global model's test accuracy every round.
 
@@ -331,7 +333,9 @@ def run_graph(settings: GraphSettings, clients: Sequence[ClientGraph], num_class
     ClientApp has :func:`register_client`'s handler), else on the in-process engine over
     ``network`` (default: 10 Mbit/s links with 50 ms latency). ``deadline`` gives the exchange
     deadline for the strategy (simulated seconds, see :func:`.apps.deadline`); without one the
-    server waits for every reply that is not lost."""
+    server waits for every reply that is not lost. ``checkpoint`` is rewritten every round and
+    resumed from; it records ``settings``, ``rounds``, a digest of the clients' data and
+    ``config`` (say, the settings the data was built from), and a resume must match them all."""
     initial = parameters_of(build_gcn(clients[0].features.shape[1], num_classes, settings))
     biggest = max(clients, key=lambda c: len(c.labels))
     flops = settings.local_epochs * gcn_flops(len(biggest.labels), 2 * biggest.edges.shape[1] + len(biggest.labels),
@@ -347,9 +351,21 @@ def run_graph(settings: GraphSettings, clients: Sequence[ClientGraph], num_class
         return test_accuracy(gcn_like(arrays, settings), clients)
 
     result = run_rounds(strategy, grid, rounds, timeout=timeout, evaluate=evaluate, checkpoint=checkpoint,
-                        config={"graph": asdict(settings), "rounds": rounds}, on_round=on_round)
+                        config={**(config or {}), "method_settings": asdict(settings), "rounds": rounds,
+                                "data": data_digest(clients)},
+                        on_round=on_round)
     result.summary["deadline_s"] = timeout
     return result, grid
+
+
+def data_digest(clients: Sequence[ClientGraph]) -> str:
+    """SHA-256 over every client's arrays and noise rate: a checkpoint of other data is not resumed."""
+    digest = hashlib.sha256()
+    for data in clients:
+        for field in fields(data):
+            value = getattr(data, field.name)
+            digest.update(np.ascontiguousarray(value).tobytes() if isinstance(value, np.ndarray) else repr(value).encode())
+    return digest.hexdigest()
 
 
 def graph_summary(records: Sequence[RoundRecord], last: int = 5) -> dict:

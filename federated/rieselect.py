@@ -320,8 +320,8 @@ class ContinualFL(GlobalModelStrategy):
 
 def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, grid: NetworkGrid | None = None,
                   network: Network | None = None, deadline: Callable[[ContinualFL], float] | None = None,
-                  on_round: Callable[[RoundRecord], None] | None = None,
-                  ) -> tuple[RunResult, NetworkGrid, dict]:
+                  on_round: Callable[[RoundRecord], None] | None = None, checkpoint: str | None = None,
+                  config: dict | None = None) -> tuple[RunResult, NetworkGrid, dict]:
     """Every task in order; (the run, its grid, the summary: average final loss over tasks,
     forgetting, uplink bytes, the mean fraction of layers sent and the server's steps).
 
@@ -329,7 +329,9 @@ def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, g
     ClientApp has :func:`register_client`'s handler), else on the in-process engine over
     ``network`` (default: 10 Mbit/s links with 50 ms latency). ``deadline`` gives the exchange
     deadline for the strategy (simulated seconds, see :func:`.apps.deadline`); without one the
-    server waits for every reply that is not lost.
+    server waits for every reply that is not lost. ``checkpoint`` is rewritten every round and
+    resumed from; it records ``settings`` and ``config`` (what else the run depends on: the
+    settings the workload's data was built from), and a resume must match them.
 
     Forgetting of task ``t``: its loss at the end of the run minus its loss when its own
     rounds ended, averaged over every task but the last (``forgetting_by_task``: each)."""
@@ -350,7 +352,9 @@ def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, g
 
     rounds = workload.num_tasks * settings.rounds_per_task
     result = run_rounds(strategy, grid, rounds, timeout=timeout, evaluate=evaluate,
-                        eval_every=settings.rounds_per_task, on_round=on_round)
+                        eval_every=settings.rounds_per_task, checkpoint=checkpoint,
+                        config={**(config or {}), "method_settings": asdict(settings), "rounds": rounds},
+                        on_round=on_round)
     by_round = {r.round: r.metrics["eval"]["task_losses"] for r in result.records if "eval" in r.metrics}
     final = by_round[rounds]
     at_end = [by_round[(t + 1) * settings.rounds_per_task][t] for t in range(workload.num_tasks)]

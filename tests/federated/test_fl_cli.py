@@ -56,7 +56,6 @@ def test_bad_input_names_the_parameter(args, message):
     ("fedrgl", ["-k", "1"], "Invalid value for '-k' / '--mixing-steps': applies to gossip only, not to fedrgl"),
     ("fedrgl", ["--compression", "mxint8"], "Invalid value for '--compression': applies to diloco, gossip only"),
     ("fedrgl", ["--config", "width=8"], "Invalid value for '--config': applies to diloco, gossip, rieselect only"),
-    ("fedrgl", ["--checkpoint", "c.ckpt"], "Invalid value for '--checkpoint': applies to diloco, gossip only"),
     ("fedrgl", ["--selection", "topk"], "Invalid value for '--selection': applies to rieselect only, not to fedrgl"),
     ("rieselect", ["--graph", "cora"], "Invalid value for '--graph': applies to fedrgl only, not to rieselect"),
     ("rieselect", ["--eval-every", "2"], "Invalid value for '--eval-every': applies to diloco, gossip only"),

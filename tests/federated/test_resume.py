@@ -79,3 +79,39 @@ def test_sigkilled_process_resumes_to_the_same_result(tmp_path):
     whole, _ = run_in_process(settings("gossip", rounds), lambda _: WORKLOAD)
     assert resumed.resumed_from == killed_at
     assert_same_run(resumed, whole)
+
+
+@pytest.mark.parametrize("method,options,stop", [
+    ("fedrgl", {"clients": 3, "rounds": 4, "warmup": 2, "inner_steps": 2, "noise": "pair"}, 3),  # past the warm-up
+    # two tasks of two rounds: stopped after round 3, where the clients took the first task's Fisher anchors
+    ("rieselect", {"clients": 2, "rounds": 4, "inner_steps": 1, "tasks": "email,json"}, 3),
+])
+def test_stopped_fedrgl_and_rieselect_runs_resume_to_the_same_result(tmp_path, method, options, stop):
+    from edgekit.federated.apps import RunSettings
+    from edgekit.fl_job import run_inproc
+
+    settings = RunSettings(method=method, drop=0.1, **options)
+    whole, _ = run_inproc(settings)
+
+    def stop_after(record):
+        if record.round == stop:
+            raise Killed
+
+    checkpoint = tmp_path / "run.ckpt"
+    with pytest.raises(Killed):
+        run_inproc(settings, checkpoint=str(checkpoint), on_round=stop_after)
+    assert load_checkpoint(checkpoint)["round"] == stop
+    resumed, _ = run_inproc(settings, checkpoint=str(checkpoint))
+    assert resumed.resumed_from == stop
+    assert_same_run(resumed, whole)
+    other = dataclasses.replace(settings, seed=1)
+    with pytest.raises(ValueError, match=r"different configuration \(differs in .*\bseed\b"):
+        run_inproc(other, checkpoint=str(checkpoint))
+
+
+def test_fedrgl_and_rieselect_checkpoints_are_for_the_inproc_engine(tmp_path):
+    from edgekit.federated.apps import RunSettings
+    from edgekit.fl_job import run_fl
+
+    with pytest.raises(ValueError, match="checkpoints of rieselect are supported on the inproc engine only, not on ray"):
+        run_fl(RunSettings(method="rieselect", rounds=3), "ray", tmp_path / "r.json", checkpoint=tmp_path / "c.ckpt")
