@@ -324,9 +324,9 @@ def report(models, formats, targets, deploy_items, tiny, rounds, cache_dir, outp
     def bar(items, desc):
         return tqdm(items, desc=desc, leave=False, dynamic_ncols=True)
 
-    start = time.perf_counter()
+    start, code = time.perf_counter(), provenance(0)  # the code the run starts with: files may change while it runs
     sections = run_job(run_report, plan, cache_dir=cache_dir, progress=bar)
-    meta = {**provenance(0), "seconds": time.perf_counter() - start,
+    meta = {**code, "seconds": time.perf_counter() - start,
             "plan": {"models": plan.models, "formats": plan.formats, "targets": plan.targets,
                      "deploy_params": {m: plan.deploy_params[m] for m in plan.models}, "tiny": plan.tiny}}
     with clear_errors():
