@@ -118,13 +118,17 @@ def test_bad_input():
         search_codes(x, tables, "fast+local", starts=0)
 
 
-@pytest.mark.parametrize("D, d", [(4, 2), (10, 4), (12, 8), (16, 8)])
-def test_fast_plus_local_is_exact_with_two_groups(D, d):
-    """Up to 16 signs (two groups of 8) one block move of the local search is the exact search."""
+@pytest.mark.parametrize(("search", "D", "d"), [
+    *(("fast+local", D, d) for D, d in [(4, 2), (10, 4), (12, 8), (16, 8)]),
+    *(("slices", D, d) for D, d in [(4, 2), (12, 8), (16, 8), (18, 8)]),
+])
+def test_searches_that_cover_every_code_are_exact(search, D, d):
+    """Up to 16 signs (two groups of 8) one block move is the exact search; slices also at D = 18,
+    whose 2-sign group has 4 values, all among its slices."""
     m = random_codebook(D, d, seed=11)
     x = np.random.default_rng(12).standard_normal((200, d)).astype(np.float32)
     tables = SearchTables(m)
-    np.testing.assert_allclose(search_codes(x, tables, "fast+local")[1], search_codes(x, tables, "exact")[1],
+    np.testing.assert_allclose(search_codes(x, tables, search)[1], search_codes(x, tables, "exact")[1],
                                rtol=1e-5, atol=1e-6)
 
 
@@ -140,16 +144,6 @@ def test_block_descent_ends_where_no_pair_of_groups_improves():
         kept = masks & np.uint32(255 << (8 * keep))
         for xi, k, e in zip(x, kept, err):
             assert code_errors(np.broadcast_to(xi, (spread.size, 10)), m, k | spread).min() >= e * (1 - 1e-5)
-
-
-@pytest.mark.parametrize("D, d", [(4, 2), (12, 8), (16, 8), (18, 8)])
-def test_slices_are_exact_when_they_cover_every_code(D, d):
-    """Two groups: one block move. D = 18: the 2-sign group has 4 values, all among its slices."""
-    m = random_codebook(D, d, seed=15)
-    x = np.random.default_rng(16).standard_normal((100, d)).astype(np.float32)
-    tables = SearchTables(m)
-    np.testing.assert_allclose(search_codes(x, tables, "slices")[1], search_codes(x, tables, "exact")[1],
-                               rtol=1e-5, atol=1e-6)
 
 
 def test_slices_and_fast_plus_local_within_two_percent_of_exact_at_24to10():
