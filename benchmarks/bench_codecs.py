@@ -124,12 +124,12 @@ def main():
     rows = []
     for name, fmt in FORMATS.items():
         q = quantize(x, name)
-        t_q = best_time(lambda: quantize(x, name), args.repeats)
-        t_d = best_time(lambda: dequantize(q), args.repeats)
-        t_cast = best_time(lambda: ml_dtypes_cast(x, fmt.element), max(1, args.repeats // 2))
+        t_q = best_time(lambda name=name: quantize(x, name), args.repeats)
+        t_d = best_time(lambda q=q: dequantize(q), args.repeats)
+        t_cast = best_time(lambda fmt=fmt: ml_dtypes_cast(x, fmt.element), max(1, args.repeats // 2))
         t_torch = None
         if not fmt.tensor_scale:
-            t_torch = best_time(lambda: torch_mx_emulation(xt, fmt), max(1, args.repeats // 2))
+            t_torch = best_time(lambda fmt=fmt: torch_mx_emulation(xt, fmt), max(1, args.repeats // 2))
         quant_extra, dequant_extra = measure_memory(name, n)
         row = {
             "format": name,

@@ -96,7 +96,7 @@ def as_array(x) -> np.ndarray:
     if type(x).__module__.startswith("torch"):
         x = torch_to_numpy(x)
     if not isinstance(x, np.ndarray):
-        raise ValueError(f"x must be a NumPy array or torch tensor, got {type(x).__name__}")
+        raise ValueError(f"x must be a NumPy array or torch tensor, got {type(x).__name__}")  # noqa: TRY004 (callers report ValueErrors)
     if x.dtype.name not in INPUT_DTYPES:
         raise ValueError(f"x must have dtype {', '.join(INPUT_DTYPES)}; got {x.dtype}")
     if x.ndim == 0 or x.size == 0:
@@ -201,7 +201,7 @@ def quantize(x, format: str | BlockFormat = "mxfp4", axis: int = -1, *, scale_ru
 def dequantize(q: QuantizedTensor) -> np.ndarray:
     """Unpack and dequantize to float32 in the original shape."""
     if not isinstance(q, QuantizedTensor):
-        raise ValueError(f"q must be a QuantizedTensor, got {type(q).__name__}")
+        raise ValueError(f"q must be a QuantizedTensor, got {type(q).__name__}")  # noqa: TRY004 (callers report ValueErrors)
     fmt = q.format
     values, scale_values = kernel_tables(fmt)
     outer, n, inner = split_shape(q.shape, q.axis)

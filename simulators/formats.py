@@ -298,7 +298,7 @@ def get_format(spec: str | BlockFormat) -> BlockFormat:
     if isinstance(spec, BlockFormat):
         return spec
     if not isinstance(spec, str):
-        raise ValueError(f"format must be a format name (str), got {type(spec).__name__}")
+        raise ValueError(f"format must be a format name (str), got {type(spec).__name__}")  # noqa: TRY004 (callers report ValueErrors)
     text = spec.strip().lower()
     name, _, block = text.partition("@")
     asym = name.endswith("_asym")

@@ -36,7 +36,7 @@ def dot_rows(ca, sa, cb, sb, va, vb, sva, svb, B, m0, m1, out):
 
 def check_operand(q, name: str) -> None:
     if not isinstance(q, QuantizedTensor):
-        raise ValueError(f"{name} must be a QuantizedTensor, got {type(q).__name__}")
+        raise ValueError(f"{name} must be a QuantizedTensor, got {type(q).__name__}")  # noqa: TRY004 (callers report ValueErrors)
     if len(q.shape) != 2 or q.axis != 1:
         raise ValueError(f"{name} must be 2-D and quantized along axis 1 (the reduction axis); "
                          f"got shape {q.shape}, axis {q.axis}")
