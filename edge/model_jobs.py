@@ -8,31 +8,26 @@ the code that quantizes and scores (a result is reused only while that code is t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from edgekit import simulators
 from edgekit.models import registry, weights
-from edgekit.models.cache import read_json, source_digest, write_json
-from edgekit.simulators import (
-    codec,
-    formats,
-    incoherence,
-    kernels,
-    liftquant,
-    liftquant_codebooks,
-    liftquant_layout,
-    liftquant_search,
-)
+from edgekit.models.cache import read_json, source_digest, tree_digest, write_json
 
 EVALUATIONS = "evaluations.json"
 FLOAT = "fp32"
 
 
 def evaluation_code(entry: registry.ModelEntry) -> str:
-    """What a cached evaluation depends on beyond the model: its scorer and the quantizers."""
-    return source_digest(*entry.sources, weights, codec, kernels, formats, liftquant, liftquant_search,
-                         liftquant_codebooks, liftquant_layout, incoherence)
+    """What a cached evaluation depends on beyond the model: its scorer and the quantizers.
+
+    The quantizers are the whole simulators package, codebooks included, as for builds
+    (``build_cache.compiler_code``): a hand-kept module list goes stale when they import more.
+    """
+    return hashlib.sha256((source_digest(*entry.sources, weights) + tree_digest(simulators)).encode()).hexdigest()
 
 
 def parameter_count(model) -> int:
