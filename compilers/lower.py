@@ -170,9 +170,10 @@ class _LowerWeights(relax.PyExprMutator):
     def _liftquant_dense(self, layer, x2, rows, op, shape):
         """The LiftQuant layer (simulators' pipeline: rotation, row scales, default search) as
         its rotation and fused decode-GEMV kernels (``liftquant_kernels.emit_layer``)."""
-        q = self.encoded.get(layer) or liftquant_quantize(np.ascontiguousarray(rows, np.float32),
-                                                          self.plan_formats[layer])
-        if q.shape != rows.shape or q.format.name != self.plan_formats[layer]:
+        q = self.encoded.get(layer)
+        if q is None:
+            q = liftquant_quantize(np.ascontiguousarray(rows, np.float32), self.plan_formats[layer])
+        elif q.shape != rows.shape or q.format.name != self.plan_formats[layer]:
             raise ValueError(f"layer {layer!r}: the given codes are {q.format.name} of shape {q.shape}, the model's "
                              f"weight is {tuple(rows.shape)} planned as {self.plan_formats[layer]}")
         layout = "bytes_major" if self.device == "cpu" else "packed"

@@ -155,18 +155,18 @@ def budget_fit(models: list[dict], evaluations: dict, builds: list[dict], plan: 
             if memory is None:
                 rows.append({**row, "fits": None, "note": "the target file gives no memory figure"})
                 continue
-            budget = MEMORY_FOR_WEIGHTS * memory
             runnable = built.get((name, target.device), set())
+            if not runnable:
+                rows.append({**row, "fits": None, "memory_bytes": memory,
+                             "note": f"nothing was built for a {target.device} target in this report"})
+                continue
+            budget = MEMORY_FOR_WEIGHTS * memory
             candidates = []
             for ev in evaluations[name]:
                 weight_bytes = plan.deploy_params[name] * ev["bits/weight"] / 8
                 value = ev[model["metric"]]
                 if ev["format"] in runnable and weight_bytes <= budget and math.isfinite(value):
                     candidates.append((value if better else -value, -ev["bits/weight"], ev, weight_bytes))
-            if not runnable:
-                rows.append({**row, "fits": None, "memory_bytes": memory,
-                             "note": f"nothing was built for a {target.device} target in this report"})
-                continue
             if not candidates:
                 smallest = min((e for e in evaluations[name] if e["format"] in runnable), key=lambda e: e["bits/weight"])
                 rows.append({**row, "fits": False, "memory_bytes": memory,
