@@ -58,7 +58,8 @@ def gpu_schedule(func, target):
             continue
         if sch is not None:
             return (sch[0] if isinstance(sch, list) else sch).mod["main"]
-    raise ValueError(f"no GPU schedule applies to kernel {func.attrs.get('global_symbol')}")
+    shapes = [list(func.buffer_map[p].shape) for p in func.params if p in func.buffer_map]
+    raise ValueError(f"no GPU schedule applies to the kernel with buffers of shapes {shapes}")
 
 
 def build(mod, target):

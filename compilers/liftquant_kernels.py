@@ -41,6 +41,7 @@ from edgekit.simulators.liftquant import LiftQuantTensor
 from edgekit.simulators.liftquant_layout import row_bytes
 
 from .build import gpu_schedule
+from .schedules import add_kernel
 from .tir_decode import scale_value, u32
 
 BYTE_BITS = 8
@@ -228,7 +229,6 @@ def transpose_codes(codes: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(codes, np.uint8).T)
 
 
-OPAQUE = 8  # TVM's kOpaque op pattern
 ROW_LANES = 16  # rows per vector in the bytes_major schedule (AVX-512: 16 float32 lanes)
 ROW_VECTORS = 8  # vectors of rows that share each byte's lifted values
 
@@ -358,10 +358,8 @@ def emit_layer(bb, x, q: LiftQuantTensor, device: str, target=None, name: str = 
         target = tvm.target.Target(target) if target is not None else tvm.target.Target({"kind": "cuda"})
         rotate, gemv = schedule_rotate_gpu(k.rotate), gpu_schedule(k.gemv, target)
     # opaque to operator fusion, so the schedules reach the binary
-    rotate_gv = bb.add_func(rotate.with_attr({"global_symbol": f"{name}_rotate", "op_pattern": OPAQUE,
-                                              "tirx.is_scheduled": device == "cuda"}), f"{name}_rotate")
-    gemv_gv = bb.add_func(gemv.with_attr({"global_symbol": f"{name}_gemv", "op_pattern": OPAQUE,
-                                          "tirx.is_scheduled": True}), f"{name}_gemv")
+    rotate_gv = add_kernel(bb, rotate, f"{name}_rotate", {"tirx.is_scheduled": device == "cuda"})
+    gemv_gv = add_kernel(bb, gemv, f"{name}_gemv", {"tirx.is_scheduled": True})
     xr = bb.emit(relax.call_tir(rotate_gv, [x, *map(relax.const, k.rotate_args)],
                                 relax.TensorType((batch, k.padded), "float32")))
     return relax.call_tir(gemv_gv, [xr, *map(relax.const, k.gemv_args)], relax.TensorType((batch, k.rows), "float32"))

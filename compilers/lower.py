@@ -28,11 +28,10 @@ from .decode_kernels import conv2d_kernel, dense_kernel, reduction_block
 from .importer import ImportedModel
 from .liftquant_kernels import emit_layer
 from .plan import BASELINES, block_format, check_plan, is_liftquant
-from .schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, dense_lanes
+from .schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, add_kernel, dense_lanes
 
 DEVICES = ("cpu", "cuda")
 FLOAT_BITS = {"fp32": 32, "fp16": 16}
-OPAQUE = 8  # TVM's kOpaque op pattern: FuseOps leaves the kernel alone, so its schedule stays
 
 
 @dataclass
@@ -160,8 +159,8 @@ class _LowerWeights(relax.PyExprMutator):
             y = self._liftquant_dense(layer, x2, rows, op, value.shape)
             return y if len(x_shape) == 2 else relax.op.reshape(self.builder_.emit(y), (*x_shape[:-1], n))
         fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, value.shape)
-        name = f"dense_{_symbol(layer)}"
-        gv = self.builder_.add_func(dense_function(fmt_name, layout, m, n, k, ts, name), name)
+        gv = add_kernel(self.builder_, dense_function(fmt_name, layout, m, n, k, ts),
+                        _kernel_name("dense", fmt_name, (m, n, k), layer, ts))
         y = relax.call_tir(gv, [x2, *consts], relax.TensorType((m, n), "float32"))
         if len(x_shape) == 2:
             return y
@@ -179,7 +178,8 @@ class _LowerWeights(relax.PyExprMutator):
         layout = "bytes_major" if self.device == "cpu" else "packed"
         self.records[layer] = LayerRecord(q.format.name, op, list(shape), layout, q.numel, q.codes.nbytes,
                                           q.nbytes - q.codes.nbytes, 0, q.bits_per_weight)
-        return emit_layer(self.builder_, x2, q, self.device, name=f"liftquant_{_symbol(layer)}")
+        return emit_layer(self.builder_, x2, q, self.device,
+                          name=f"{_symbol(q.format.name)}_{rows.shape[0]}x{rows.shape[1]}")
 
     def _conv2d(self, call, layer, value):
         a = call.attrs
@@ -202,25 +202,33 @@ class _LowerWeights(relax.PyExprMutator):
         """``call_tir`` of the conv2d decode kernel for an OIHW ``value``; ``shape`` is the weight as the model holds it."""
         rows = np.transpose(value, (0, 2, 3, 1))  # OIHW -> O,H,W rows of input channels
         fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, shape)
-        func = conv2d_kernel(fmt_name, layout, tuple(_static_shape(x)), value.shape, strides, padding, dilation, ts)
-        name = f"{op}_{_symbol(layer)}"
-        func = func.with_attr({KERNEL_ATTR: "conv2d", "global_symbol": name, "op_pattern": OPAQUE})
-        gv = self.builder_.add_func(func, name)
+        x_shape = tuple(_static_shape(x))
+        func = conv2d_kernel(fmt_name, layout, x_shape, value.shape, strides, padding, dilation, ts)
+        gv = add_kernel(self.builder_, func, _kernel_name(op, fmt_name, x_shape + value.shape, layer, ts),
+                        {KERNEL_ATTR: "conv2d"})
         return relax.call_tir(gv, [x, *consts], relax.TensorType(out_shape, "float32"))
 
 
-def dense_function(fmt_name: str, layout: str | None, m: int, n: int, k: int, tensor_scale: float | None,
-                   name: str = "main"):
+def dense_function(fmt_name: str, layout: str | None, m: int, n: int, k: int, tensor_scale: float | None):
     """The dense kernel of one layer, with what ``build.schedule`` needs to schedule it."""
     func = dense_kernel(fmt_name, layout, m, n, k, tensor_scale)
     bits = FLOAT_BITS[fmt_name] if fmt_name in BASELINES else block_format(fmt_name).element.bits
     lanes = dense_lanes(reduction_block(fmt_name, k), layout or PACKED, bits)
-    return func.with_attr({KERNEL_ATTR: "dense", "edgekit.lanes": lanes, "global_symbol": name,
-                           "edgekit.parallel": m * n * k >= PARALLEL_MIN_WEIGHTS, "op_pattern": OPAQUE})
+    return func.with_attr({KERNEL_ATTR: "dense", "edgekit.lanes": lanes,
+                           "edgekit.parallel": m * n * k >= PARALLEL_MIN_WEIGHTS})
 
 
-def _symbol(layer: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in layer) or "layer"
+def _symbol(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "_" for ch in text) or "layer"
+
+
+def _kernel_name(op: str, fmt_name: str, shape, layer: str, tensor_scale: float | None) -> str:
+    """A kernel's name: by format and shape, so that layers of one shape share one kernel (the
+    BlockBuilder merges structurally equal functions and the binary holds it once); by layer
+    when a per-tensor scale is compiled in, which makes the kernel the layer's own."""
+    if tensor_scale is not None:
+        return f"{op}_{_symbol(fmt_name)}_{_symbol(layer)}"
+    return f"{op}_{_symbol(fmt_name)}_{'x'.join(map(str, shape))}"
 
 
 def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu", encoded: dict | None = None

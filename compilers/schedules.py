@@ -17,8 +17,19 @@ from tvm import s_tir
 from edgekit.simulators.layouts import LANES, PACKED
 
 KERNEL_ATTR = "edgekit.kernel"  # "dense" or "conv2d": which CPU schedule applies
+OPAQUE = 8  # TVM's kOpaque op pattern: FuseOps leaves the kernel alone, so its schedule stays
 ROWS_PER_TASK = 4
 PARALLEL_MIN_WEIGHTS = 1 << 13  # below this a thread pool launch costs more than it saves
+
+
+def add_kernel(bb, func, name: str, attrs: dict | None = None):
+    """Add a decode kernel to a Relax BlockBuilder, opaque to fusion; its GlobalVar.
+
+    The kernel loses the ``main`` symbol it was made with, so the BlockBuilder merges
+    structurally equal kernels (layers of one shape and format) and the binary holds each once.
+    """
+    func = func.without_attr("global_symbol").with_attr({"op_pattern": OPAQUE, **(attrs or {})})
+    return bb.add_func(func, name)
 
 
 def dense_lanes(block_size: int, layout: str, code_bits: int) -> int:

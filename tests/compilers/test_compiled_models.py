@@ -150,3 +150,22 @@ def test_onnx_matmul_with_untransposed_weight(tmp_path):
 
     expected = x @ quantize_dequantize(np.ascontiguousarray(w.T), "nvfp4", axis=1).T + bias
     assert_float32_close(run(executable, [x])[0], expected)
+
+
+@pytest.mark.parametrize("fmt", ["mxint8", "nvfp4", "liftquant_16to8"])
+def test_layers_of_one_shape_share_one_kernel(fmt):
+    """Three 64x64 layers and a 64x10 head: one kernel per shape (per layer where NVFP4 compiles
+    in its tensor scale), and each layer still computes with its own codes."""
+    import tvm
+
+    model = seeded(lambda: torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU())
+                                                 for _ in range(3)], torch.nn.Linear(64, 10)))
+    x = torch.randn(1, 64, generator=torch.Generator().manual_seed(3))
+    plan = make_plan(model, fmt)
+    executable, lowered = compile_for_cpu(import_torch(model, (x,)), plan)
+    kernels = sorted(gv.name_hint for gv, func in lowered.mod.functions_items() if isinstance(func, tvm.tirx.PrimFunc))
+    # LiftQuant: a GEMV per shape and one rotation, which depends on the input width only
+    expected_count = {"mxint8": 2, "nvfp4": 4, "liftquant_16to8": 3}[fmt]
+    assert len(kernels) == expected_count, kernels
+    with torch.no_grad():
+        assert_float32_close(run(executable, [x.numpy()])[0], simulated(model, fmt)(x).numpy())

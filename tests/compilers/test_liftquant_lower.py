@@ -54,7 +54,7 @@ def test_mixed_with_block_formats_and_cuda_source():
     assert lowered.layers["fc1"].format == "liftquant_16to8" and lowered.layers["fc2"].format == "mxfp4"
     target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"})
     source = cuda_source(tvm.compile(schedule(lowered.mod, "cuda", target), target=target))
-    assert "liftquant_fc1_gemv" in source and "liftquant_fc1_rotate" in source
+    assert "liftquant_16to8_96x64_gemv" in source and "liftquant_16to8_96x64_rotate" in source
 
 
 def test_format_names_and_refusals():
