@@ -41,10 +41,9 @@ from edgekit.targets import host_arch
 from .compile_job import (
     ModelSource,
     PreflightError,
-    import_model,
     layer_totals,
+    load_model,
     preflight,
-    resolve_model,
 )
 
 TVM_THREADS_ENV = "TVM_NUM_THREADS"
@@ -257,9 +256,7 @@ def bench_model(model: str, fmt: str, target_spec: str, repeat: int = 20, thread
     try:
         tvm_threads, thread_note = configure_tvm_threads(threads)
         torch.set_num_threads(threads)
-        source = resolve_model(model, seed, log)
-        log(f"importing {source.label} into TVM Relax ...")
-        imported = import_model(source)
+        source, imported = load_model(model, seed, log)
         inputs = model_inputs(source, imported, seed)
         tvm_b, tvm_info = tvm_backend(imported, fmt, target, inputs, tvm_threads, log)
         numel = sum(int(np.prod(imported.params[var].shape)) for var in imported.layers.values())

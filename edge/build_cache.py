@@ -36,8 +36,12 @@ def build_dir(root: Path, model: str, model_key: str, fmt: str, tvm_target: str,
 
 
 def cached_build(checkpoint: Path, model: str, model_key: str, fmt: str, target_spec: str, root: Path,
-                 code: str, log: Callable[[str], None] = print) -> tuple[dict, Path, bool]:
-    """(manifest, build directory, whether it came from the cache) of ``checkpoint`` in ``fmt`` for a target."""
+                 code: str, log: Callable[[str], None] = print, loaded: Callable[[], tuple] | None = None
+                 ) -> tuple[dict, Path, bool]:
+    """(manifest, build directory, whether it came from the cache) of ``checkpoint`` in ``fmt`` for a target.
+
+    ``loaded``: gives ``compile_job.load_model(checkpoint)``, called only when something is built.
+    """
     from edgekit.targets import load_target, tvm_target
 
     directory = build_dir(root, model, model_key, fmt, str(tvm_target(load_target(target_spec))), code)
@@ -47,7 +51,8 @@ def cached_build(checkpoint: Path, model: str, model_key: str, fmt: str, target_
             return json.loads(manifest_path.read_text()), directory, True
         except ValueError:  # a manifest is written last and whole; an unreadable one means a foreign edit
             log(f"rebuilding {directory}: its manifest is unreadable")
-    manifest = compile_model(str(checkpoint), fmt, target_spec, directory, log=log)
+    manifest = compile_model(str(checkpoint), fmt, target_spec, directory, log=log,
+                             loaded=loaded() if loaded else None)
     return manifest, directory, False
 
 

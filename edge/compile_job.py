@@ -67,6 +67,13 @@ def import_model(source: ModelSource) -> ImportedModel:
     return import_torch(source.module, source.example_inputs)
 
 
+def load_model(model: str, seed: int = 0, log: Callable[[str], None] = print) -> tuple[ModelSource, ImportedModel]:
+    """The model resolved and imported into TVM Relax: what every format and target builds from."""
+    source = resolve_model(model, seed, log)
+    log(f"importing {source.label} into TVM Relax ...")
+    return source, import_model(source)
+
+
 def preflight(imported: ImportedModel, plan: dict[str, str], target) -> list[str]:
     """What this target cannot run or build, before any compile work; empty when all is well."""
     import tvm
@@ -142,11 +149,14 @@ def read_codes(path, layers) -> dict:
 
 
 def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrides: list[str] = (),
-                  seed: int = 0, log: Callable[[str], None] = print, codes=None) -> dict:
+                  seed: int = 0, log: Callable[[str], None] = print, codes=None,
+                  loaded: tuple[ModelSource, ImportedModel] | None = None) -> dict:
     """Compile ``model`` with every Linear/Conv weight in ``fmt`` for ``target_spec`` into ``out_dir``.
 
     ``codes``: an ``edgekit quantize --codes`` file; the layers it holds are built from its
     LiftQuant codes and scales as they are (calibrated, fine-tuned), not encoded again.
+    ``loaded``: ``load_model(model, seed)`` done already (lowering leaves it unchanged, so
+    one import serves many builds).
     """
     from edgekit.compilers.build import build, cuda_source, elf_machine, export_library, nvcc_cubin, schedule
     from edgekit.compilers.lower import lower
@@ -156,9 +166,7 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
     out_dir = Path(out_dir)
     check_output_dir(out_dir, MANIFEST)
     overrides = parse_overrides(list(layer_overrides))
-    source = resolve_model(model, seed, log)
-    log(f"importing {source.label} into TVM Relax ...")
-    imported = import_model(source)
+    source, imported = loaded or load_model(model, seed, log)
     plan = make_plan(imported.layers, fmt, overrides)
     encoded = read_codes(codes, list(imported.layers)) if codes else {}
     clash = sorted(set(encoded) & set(overrides))

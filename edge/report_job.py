@@ -16,7 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,7 @@ import numpy as np
 from edgekit.models import registry, weights
 
 from .build_cache import artifact_bytes, cached_build, compiler_code
+from .compile_job import load_model
 from .model_jobs import FLOAT, evaluate_formats
 
 DEFAULT_MODELS = ("lm", "fluxnet", "meanflow_policy")
@@ -218,6 +219,7 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
                                               progress=progress and partial(progress, desc=f"eval {name}"))]
         inputs = [t.numpy() for t in entry.example_inputs(config)]
         jobs = [(t, f) for t in plan.targets for f in formats]
+        loaded = cache(partial(load_model, str(trained.checkpoint), log=lambda msg: None))  # one import, many builds
         log(f"[{index}/{total}] {name}: {len(jobs)} builds ({', '.join(plan.targets)})")
         for target_spec, fmt in (progress(jobs, desc=f"build {name}") if progress else jobs):
             target = load_target(target_spec)
@@ -225,7 +227,7 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
             start = time.perf_counter()
             try:
                 manifest, build, cached = cached_build(trained.checkpoint, name, directory.name, fmt, target_spec,
-                                                       root, code, log=lambda msg: None)
+                                                       root, code, log=lambda msg: None, loaded=loaded)
             except ValueError as err:
                 builds.append({**record, "built": False, "error": str(err).splitlines()[0]})
                 continue
