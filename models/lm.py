@@ -16,6 +16,7 @@ import hashlib
 import math
 import os
 import sysconfig
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -307,12 +308,35 @@ def train_spec(config: LMConfig = LMConfig()) -> TrainSpec:
     return TrainSpec(config.steps, optimizer, loss, lr=lambda step: lr_at(step, config), grad_clip=config.grad_clip)
 
 
+RECENT_LOG_PROBS = 3  # the float model, the format being scored and one spare: evaluate and compare share passes
+_recent_log_probs: OrderedDict[str, torch.Tensor] = OrderedDict()
+
+
+def _weights_key(model: nn.Module, config: LMConfig) -> str:
+    digest = hashlib.sha256(repr(config).encode())
+    for name, value in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(value.detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
 @torch.no_grad()
-def _log_probs(model: nn.Module, config: LMConfig):
-    """Yield (next-byte log-probabilities (B, T, 256), targets (B, T)) over the validation windows."""
-    model.eval()
-    for chunk in validation_windows(config).split(config.eval_batch):
-        yield F.log_softmax(model(chunk[:, :-1]).float(), dim=-1), chunk[:, 1:]
+def _log_probs(model: nn.Module, config: LMConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(next-byte log-probabilities (windows, T, 256), targets (windows, T)) over the validation windows.
+
+    The last few results are kept, keyed by the weights' bytes: scoring a format and comparing
+    it with the float model then runs each model over the windows once.
+    """
+    windows = validation_windows(config)
+    key = _weights_key(model, config)
+    if key not in _recent_log_probs:
+        model.eval()
+        _recent_log_probs[key] = torch.cat([F.log_softmax(model(chunk[:, :-1]).float(), dim=-1)
+                                            for chunk in windows.split(config.eval_batch)])
+        while len(_recent_log_probs) > RECENT_LOG_PROBS:
+            _recent_log_probs.popitem(last=False)
+    _recent_log_probs.move_to_end(key)
+    return _recent_log_probs[key], windows[:, 1:]
 
 
 def unigram_log_probs(config: LMConfig) -> np.ndarray:
@@ -327,12 +351,10 @@ def evaluate(model: nn.Module, config: LMConfig = LMConfig()) -> dict:
     All over the same fixed validation windows: every position predicts its next byte; the
     unigram baseline scores the same target bytes.
     """
-    total, count = 0.0, 0
-    for logp, target in _log_probs(model, config):
-        total += -logp.gather(-1, target[..., None]).double().sum().item()
-        count += target.numel()
-    nll = total / count
-    targets = validation_windows(config)[:, 1:].numpy()
+    logp, target = _log_probs(model, config)
+    count = target.numel()
+    nll = -logp.gather(-1, target[..., None]).double().sum().item() / count
+    targets = target.numpy()
     uni_nll = -float(unigram_log_probs(config)[targets].mean())
     return {"perplexity": math.exp(nll), "bits_per_byte": nll / math.log(2), "cross_entropy": nll,
             "unigram_perplexity": math.exp(uni_nll), "unigram_bits_per_byte": uni_nll / math.log(2),
@@ -343,9 +365,8 @@ def compare(reference: nn.Module, candidate: nn.Module, config: LMConfig = LMCon
     """Mean ``kl`` = KL(reference || candidate) in nats per position of the next-byte
     distributions, and ``agreement``: the fraction of positions where both argmaxes agree,
     over the validation windows."""
-    kl, agree, count = 0.0, 0, 0
-    for (ref, _), (cand, _) in zip(_log_probs(reference, config), _log_probs(candidate, config)):
-        kl += (ref.exp() * (ref - cand)).sum(-1).double().sum().item()
-        agree += (ref.argmax(-1) == cand.argmax(-1)).sum().item()
-        count += ref.shape[0] * ref.shape[1]
+    (ref, _), (cand, _) = _log_probs(reference, config), _log_probs(candidate, config)
+    kl = (ref.exp() * (ref - cand)).sum(-1).double().sum().item()
+    agree = (ref.argmax(-1) == cand.argmax(-1)).sum().item()
+    count = ref.shape[0] * ref.shape[1]
     return {"kl": kl / count, "kl_bits": kl / count / math.log(2), "agreement": agree / count, "tokens": count}
