@@ -286,13 +286,15 @@ def comma_list(text: str | None) -> list[str] | None:
               help="Targets to compile for (default: host,h100,rpi4); CPU targets that run here are also timed.")
 @click.option("--deploy-params", "deploy_items", multiple=True, metavar="MODEL=COUNT",
               help="Parameter count of a model's real deployment, for the memory budgets (e.g. lm=7e9).")
-@click.option("--tiny", is_flag=True, help="Use every model's tiny test config (a quick look, not a result).")
+@click.option("--configs", type=click.Choice(["report", "default", "tiny"]), default="report", show_default=True,
+              help="Model configs: report (default architectures, shorter training), default (as `edgekit train` "
+                   "trains them, sharing its checkpoints) or tiny (a quick look at the pipeline, not a result).")
 @click.option("--rounds", type=click.IntRange(1), default=15, show_default=True,
               help="Timing rounds per host build.")
 @cache_dir_option
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("report"),
               show_default=True, help="Report directory (index.html, report.json, report.md, plots).")
-def report(models, formats, targets, deploy_items, tiny, rounds, cache_dir, output):
+def report(models, formats, targets, deploy_items, configs, rounds, cache_dir, output):
     """Accuracy against bit-width, latency and size per target, and the best format that fits each target.
 
     Trains or loads each model, scores it in every format, compiles it for each target
@@ -318,7 +320,7 @@ def report(models, formats, targets, deploy_items, tiny, rounds, cache_dir, outp
             raise click.BadParameter(f"{item!r} must look like MODEL=COUNT (e.g. lm=7e9)",
                                      param_hint="--deploy-params") from None
     with clear_errors():
-        plan = check_plan(comma_list(models), comma_list(formats), comma_list(targets), deploy, tiny, rounds)
+        plan = check_plan(comma_list(models), comma_list(formats), comma_list(targets), deploy, configs, rounds)
         check_output_dir(output, REPORT_JSON)
 
     def bar(items, desc):
@@ -328,7 +330,7 @@ def report(models, formats, targets, deploy_items, tiny, rounds, cache_dir, outp
     sections = run_job(run_report, plan, cache_dir=cache_dir, progress=bar)
     meta = {**code, "seconds": time.perf_counter() - start,
             "plan": {"models": plan.models, "formats": plan.formats, "targets": plan.targets,
-                     "deploy_params": {m: plan.deploy_params[m] for m in plan.models}, "tiny": plan.tiny}}
+                     "deploy_params": {m: plan.deploy_params[m] for m in plan.models}, "configs": plan.configs}}
     with clear_errors():
         index = write_report(output, sections, meta)
     click.echo(f"report written: {index.resolve()}")

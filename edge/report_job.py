@@ -34,6 +34,13 @@ DEFAULT_TARGETS = ("host", "h100", "rpi4")
 # Parameter counts of a realistic deployment of each method, for the memory budget: a
 # 7B-parameter LLM, a 100M-parameter PDE surrogate, a 300M-parameter robot policy.
 DEFAULT_DEPLOY_PARAMS = {"lm": 7e9, "fluxnet": 1e8, "meanflow_policy": 3e8, "digits": 1e6}
+# The report trains shorter than each model's default (``edgekit train``) and scores the LM on
+# half its validation windows, so that the whole default report finishes on 2 CPU cores well
+# inside 30 minutes from a cold cache (the LM's 700 default steps alone take about 13 minutes).
+# The architectures, and so the kernels and sizes, are the defaults'. ``--configs default``
+# uses (and shares the checkpoints of) the default configs.
+REPORT_CONFIGS = {"lm": {"steps": 250, "eval_windows": 64}, "fluxnet": {"steps": 1000}}
+CONFIG_SETS = ("report", "default", "tiny")
 MEMORY_FOR_WEIGHTS = 0.8  # of a target's memory; the rest is left to activations, caches and the runtime
 LATENCY_ROUNDS = 15
 
@@ -46,17 +53,19 @@ class ReportPlan:
     formats: list[str]
     targets: list[str]
     deploy_params: dict[str, float]
-    tiny: bool = False
+    configs: str = "report"
     latency_rounds: int = LATENCY_ROUNDS
     budget_targets: list[str] = field(default_factory=list)
 
 
-def check_plan(models, formats, targets, deploy_params=None, tiny=False,
+def check_plan(models, formats, targets, deploy_params=None, configs="report",
                latency_rounds=LATENCY_ROUNDS) -> ReportPlan:
     """Names checked against the registries, each error listing what is valid."""
     from edgekit.compilers.plan import check_weight_format
     from edgekit.targets import load_target, target_names
 
+    if configs not in CONFIG_SETS:
+        raise ValueError(f"configs must be one of {', '.join(CONFIG_SETS)}, got {configs!r}")
     models = list(models or DEFAULT_MODELS)
     unknown = [m for m in models if m not in registry.model_names()]
     if unknown:
@@ -84,8 +93,14 @@ def check_plan(models, formats, targets, deploy_params=None, tiny=False,
         raise ValueError(f"no deployment size for {', '.join(missing)}; give --deploy-params NAME=COUNT")
     if latency_rounds < 1:
         raise ValueError(f"latency rounds must be at least 1, got {latency_rounds}")
-    return ReportPlan(models, list(dict.fromkeys(checked_formats)), target_list, deploy, tiny, latency_rounds,
+    return ReportPlan(models, list(dict.fromkeys(checked_formats)), target_list, deploy, configs, latency_rounds,
                       target_names())
+
+
+def model_config(entry, configs: str):
+    """The config a report trains ``entry`` with: its report-sized, default or tiny config."""
+    overrides = REPORT_CONFIGS.get(entry.name, {}) if configs == "report" else {}
+    return registry.make_config(entry, overrides, tiny=configs == "tiny")
 
 
 def codable_formats(name: str, model, formats: list[str]) -> tuple[list[str], list[dict]]:
@@ -199,7 +214,7 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
     total = len(plan.models)
     for index, name in enumerate(plan.models, 1):
         entry = registry.get_model(name)
-        config = registry.make_config(entry, tiny=plan.tiny)
+        config = model_config(entry, plan.configs)
         log(f"[{index}/{total}] {name}: training or loading from the cache")
         trained = registry.train(entry, config, cache_dir=cache_dir, progress=True, log=log)
         directory = registry.entry_directory(entry, config, cache_dir)
@@ -240,7 +255,7 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
             if target.device == "cpu" and runs_here(target):
                 latencies.append({**record, **time_build(build / "model.so", inputs, plan.latency_rounds),
                                   "source": "measured"})
-    return {"setup": {"tvm_threads": threads, "latency_rounds": plan.latency_rounds, "tiny": plan.tiny,
+    return {"setup": {"tvm_threads": threads, "latency_rounds": plan.latency_rounds, "configs": plan.configs,
                       "memory_for_weights": MEMORY_FOR_WEIGHTS, "compiler_code": code},
             "models": models, "evaluations": [row for rows in evaluations.values() for row in rows],
             "not_applicable": skipped, "builds": builds, "latency": latencies, "budget": budget_fit(models, evaluations, builds, plan)}

@@ -17,7 +17,7 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SMALL = ["--models", "digits", "--formats", "mxfp4,mxint8,liftquant:2", "--targets", "host,rpi4", "--tiny", "--rounds", "2"]
+SMALL = ["--models", "digits", "--formats", "mxfp4,mxint8,liftquant:2", "--targets", "host,rpi4", "--configs", "tiny", "--rounds", "2"]
 
 
 LIFTQUANT = "liftquant_16to8"  # what liftquant:2 names
@@ -104,6 +104,7 @@ def test_second_run_reads_the_cache(report):
     (["--formats", "liftquant:9"], "no LiftQuant configuration codes 9 bits per weight; offered: 1.25"),
     (["--deploy-params", "gpt=1e9"], "--deploy-params names unknown model 'gpt'"),
     (["--deploy-params", "lm=lots"], "must look like MODEL=COUNT"),
+    (["--configs", "huge"], "'huge' is not one of 'report', 'default', 'tiny'"),
 ])
 def test_bad_names_are_refused_before_any_work(tmp_path, args, message):
     result = run("report", *args, "--cache-dir", tmp_path / "cache", "-o", tmp_path / "out")
@@ -143,6 +144,22 @@ def test_interrupted_run_leaves_no_report_and_resumes(tmp_path, monkeypatch):
     document = json.loads((tmp_path / "out" / "report.json").read_text())
     assert [b["source"] for b in document["builds"]].count("cache") == 1
     assert document["models"][0]["train_source"] == "cache"
+
+
+def test_report_configs_train_shorter_with_the_default_architecture():
+    from edgekit.models import registry
+    from edgekit.report_job import check_plan, model_config
+
+    lm = registry.get_model("lm")
+    default, short, tiny = (model_config(lm, configs) for configs in ("default", "report", "tiny"))
+    assert default == registry.make_config(lm)
+    assert short.steps < default.steps and (short.width, short.layers, short.mlp) == (default.width, default.layers,
+                                                                                      default.mlp)
+    assert tiny == registry.make_config(lm, tiny=True)
+    policy = registry.get_model("meanflow_policy")
+    assert model_config(policy, "report") == registry.make_config(policy)
+    with pytest.raises(ValueError, match="configs must be one of report, default, tiny, got 'big'"):
+        check_plan(None, None, None, configs="big")
 
 
 def test_liftquant_is_left_out_of_models_with_convolutions():
