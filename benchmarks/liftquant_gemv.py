@@ -9,7 +9,8 @@ timed at batch 1 (``y = x @ W.T``):
   * onnxruntime fp32 MatMul of the float weight (``bench_gemv``'s variants; the reference is
     ORT_ENABLE_BASIC with the same threads), and PyTorch eager ``F.linear``;
   * TVM, the whole LiftQuant layer (``layer_module``: the input rotation then the fused
-    decode-GEMV over the ``bytes_major`` codes), timed through the Relax VM;
+    decode-GEMV over the ``bytes_major`` codes, ``cpu_gemv`` for this CPU: nibble tables on
+    AVX-512, bit selects elsewhere), timed through the Relax VM;
   * TVM, the fused decode-GEMV alone (activation already rotated), to show what the rotation costs.
 Each TVM result is checked against ``x @ W_hat.T`` in float64 before anything is timed. Rounds,
 samples and the spinning-thread waits are ``bench_gemv``'s; compare the ratios, from one run.
@@ -45,7 +46,7 @@ def cases(n: int, k: int, fmt: str, threads: int, tmp: Path, seed: int,
     import tvm
     from tvm import relax
 
-    from edgekit.compilers.liftquant_kernels import layer_kernels, layer_module, schedule_cpu
+    from edgekit.compilers.liftquant_kernels import cpu_gemv, layer_kernels, layer_module
     from edgekit.simulators.formats import get_liftquant_format
     from edgekit.simulators.liftquant import load_tensors, quantize, save_tensors
     from edgekit.targets import tvm_target
@@ -75,7 +76,7 @@ def cases(n: int, k: int, fmt: str, threads: int, tmp: Path, seed: int,
 
     target = tvm_target("host")
     ref = x.astype(np.float64) @ w_hat.T
-    vm = relax.VirtualMachine(tvm.compile(layer_module(q, "cpu"), target=target), tvm.cpu())
+    vm = relax.VirtualMachine(tvm.compile(layer_module(q, "cpu", target), target=target), tvm.cpu())
     args = [tvm.runtime.tensor(x)]
     err = relative_error(vm["main"](*args).numpy(), ref)
     if not err < MAX_REL_ERR:
@@ -84,7 +85,8 @@ def cases(n: int, k: int, fmt: str, threads: int, tmp: Path, seed: int,
                     tvm_timer(vm, "main", args), "time_evaluator, VM main: rotation + fused GEMV", err))
 
     kernels = layer_kernels(q, "bytes_major")
-    lib = tvm.compile(tvm.IRModule({"main": schedule_cpu(kernels.gemv, "bytes_major")}), target=target)
+    gemv = cpu_gemv(q.format, n, q.chunks, q.group_size, 1, target)
+    lib = tvm.compile(tvm.IRModule({"main": gemv}), target=target)
     xr = q.rotation.apply(x[0] * (q.input_scales if q.input_scales is not None else 1.0)).astype(np.float32)
     xr = np.pad(xr, (0, kernels.padded - k))[None]
     gemv_args = [tvm.runtime.tensor(a) for a in (xr, *kernels.gemv_args, np.zeros((1, n), np.float32))]

@@ -23,8 +23,14 @@ def schedule(mod, device: str, target=None):
     kernels = {gv: func for gv, func in mod.functions_items()
                if isinstance(func, tirx.PrimFunc) and func.attrs and KERNEL_ATTR in func.attrs}
     if device == "cpu":
+        from .liftquant_kernels import GEMV_ATTR, has_avx512, specialize_cpu_gemv
+
         for gv, func in kernels.items():
             mod[gv] = schedule_cpu_kernel(func)
+        if has_avx512(target):  # LiftQuant GEMVs were lowered before the target was known
+            for gv, func in list(mod.functions_items()):
+                if isinstance(func, tirx.PrimFunc) and func.attrs and GEMV_ATTR in func.attrs:
+                    mod[gv] = specialize_cpu_gemv(func, target)
         return mod
     target = tvm.target.Target(target) if target is not None else tvm.target.Target({"kind": "cuda"})
     for gv, func in kernels.items():
@@ -135,4 +141,4 @@ def compile_for_cpu(imported, plan, target=None):
 
     target = target or tvm.target.Target({"kind": "llvm"})
     lowered = lower(imported, plan, "cpu")
-    return build(schedule(lowered.mod, "cpu"), target), lowered
+    return build(schedule(lowered.mod, "cpu", target), target), lowered

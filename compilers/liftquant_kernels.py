@@ -22,7 +22,10 @@ operations (``(codes[n, t >> 3] >> (t & 7)) & 1``), so one kernel serves LLVM an
 Codes come in the simulators' ``packed`` layout or ``bytes_major`` (the same bytes
 transposed, :func:`transpose_codes`). :func:`schedule_cpu` vectorizes ``bytes_major``
 over 16 rows: one load gives a byte of each, and each bit is a mask test and a masked
-add of one broadcast ``z`` (AVX-512: ``vptestmb`` and a masked move/add). On CUDA the
+add of one broadcast ``z`` (AVX-512: ``vptestmb`` and a masked move/add). On AVX-512
+targets :func:`cpu_gemv` reads each nibble instead: per call, a 16-entry table of partial
+sums per 4 lifted values (shared by all rows), and per 16 rows and byte two ``vpermps``
+lookups and two adds, about a third of the bit form's instructions. On CUDA the
 GEMV gets dlight's rules through ``build.gpu_schedule``, the rotation :func:`schedule_rotate_gpu`. :func:`emit_layer` puts a layer's two
 kernels into a Relax module; ``lower`` uses it for LiftQuant plan entries.
 """
@@ -36,7 +39,7 @@ import numpy as np
 import tvm
 from tvm import s_tir, te, tirx
 
-from edgekit.simulators.formats import LiftQuantFormat
+from edgekit.simulators.formats import LiftQuantFormat, get_liftquant_format
 from edgekit.simulators.liftquant import LiftQuantTensor
 from edgekit.simulators.liftquant_layout import row_bytes
 
@@ -142,16 +145,27 @@ def _butterfly(grid, batch: int, q: int, power: int, h: int):
 
 
 def _lift(matrix, xr, fmt: LiftQuantFormat, chunks: int, length: int):
-    """``z[a, t] = sum_k M[k, t % D] x'[a, (t // D) * d + k]`` for t < chunks * D, zero up to ``length``."""
+    """``z[a, t] = sum_k M[k, t % D] x'[a, (t // D) * d + k]`` for t < chunks * D, zero up to ``length``.
+
+    Computed per chunk (``lift[a, j, i]``, D contiguous sums: vector lanes) and then laid flat.
+    """
     d, D = fmt.chunk, fmt.lifted
     k = te.reduce_axis((0, d), name="k")
-    last = chunks * d - 1  # a clamped index, so the unselected side of the Select reads in bounds
+    lift = te.compute((xr.shape[0], chunks, D), lambda a, j, i: te.sum(matrix[k, i] * xr[a, j * d + k], axis=k),
+                      name="lift")
+    last = chunks * D - 1  # a clamped index, so the unselected side of the Select reads in bounds
+    return te.compute((xr.shape[0], length), lambda a, t: tirx.Select(
+        t < chunks * D, lift[a, tirx.min(t, last) // D, tirx.min(t, last) % D], tirx.const(0.0, "float32")),
+        name="lifted")
 
-    def lift(a, t):
-        inside = matrix[k, t % D] * xr[a, tirx.min((t // D) * d + k, last)]
-        return te.sum(tirx.Select(t < chunks * D, inside, tirx.const(0.0, "float32")), axis=k)
 
-    return te.compute((xr.shape[0], length), lift, name="lift")
+def _schedule_lift(sch):
+    """The lift's D sums of a chunk as vector lanes, the reduction over d outside them."""
+    block = sch.get_sblock("lift")
+    *_, i, k = sch.get_loops(block)
+    sch.reorder(k, i)
+    sch.vectorize(i)  # before decompose_reduction, as in schedule_cpu
+    sch.decompose_reduction(block, k)
 
 
 def _zsum(z, n_groups: int, group_bits: int):
@@ -160,13 +174,12 @@ def _zsum(z, n_groups: int, group_bits: int):
     return te.compute((z.shape[0], n_groups), lambda a, g: te.sum(z[a, g * group_bits + r], axis=r), name="zsum")
 
 
-def _combine(ones, zsum, row_scale, groups, fmt: LiftQuantFormat, rows: int, n_groups: int):
-    """``y[a, n] = row_scale[n] * sum_g group_scale[n, g] * (2 * ones[a, n, g] - zsum[a, g])``."""
+def _combine(ones, zsum, row_scale, groups, fmt: LiftQuantFormat, rows: int, n_groups: int, batch: int):
+    """``y[a, n] = row_scale[n] * sum_g group_scale[n, g] * (2 * ones(a, n, g) - zsum[a, g])``."""
     g = te.reduce_axis((0, n_groups), name="g")
-    batch = ones.shape[0]
 
     def combine(a, n):
-        term = np.float32(2.0) * ones[a, n, g] - zsum[a, g]
+        term = np.float32(2.0) * ones(a, n, g) - zsum[a, g]
         if groups is not None:
             term = term * scale_value(fmt.group_scale, groups[n, g])
         return te.sum(term, axis=g)
@@ -175,22 +188,90 @@ def _combine(ones, zsum, row_scale, groups, fmt: LiftQuantFormat, rows: int, n_g
     return te.compute((batch, rows), lambda a, n: acc[a, n] * tirx.Cast("float32", row_scale[n]), name="gemv")
 
 
+NIBBLE_BITS = 4
+TABLE_SIZE = 1 << NIBBLE_BITS
+
+
+def _nibble_tables(z):
+    """``lut[a, p, m] = sum_{i: bit i of m set} z[a, 4p + i]``: the 16 partial sums of each nibble of
+    lifted values, built once per call and shared by every row (T-MAC's table lookup)."""
+    def entry(a, p, m):
+        terms = [tirx.Select((m >> i) & 1 == 1, z[a, p * NIBBLE_BITS + i], tirx.const(0.0, "float32"))
+                 for i in range(NIBBLE_BITS)]
+        return (terms[0] + terms[1]) + (terms[2] + terms[3])
+
+    return te.compute((z.shape[0], z.shape[1] // NIBBLE_BITS, TABLE_SIZE), entry, name="lut")
+
+
+# rows of one parallel task of the table GEMV: each byte position is 512 contiguous bytes (the
+# bytes_major rows are 4 KB apart, too far for the hardware prefetcher), and the task's sums stay in L1
+TABLE_ROW_BLOCK = 512
+TABLE_PREFETCH = 4  # byte positions ahead that the table GEMV prefetches
+CACHE_LINE = 64
+
+
+def _table_sums_avx512(lut, codes, out, group_bytes: int, total_bytes: int):
+    """``out[a, g, n] = sum_{bytes b of group g} lut[a, 2b, low nibble] + lut[a, 2b + 1, high nibble]``.
+
+    For 16 rows at once: the bytes_major load gives a byte of each, and each nibble is one
+    ``vpermps`` of its 16-entry table, held in a register (LLVM has no portable variable
+    permute, and a gather is several times slower). Returns the TIR statement.
+    """
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as T
+
+    batch, n_groups, rows = (int(v) for v in out.shape)
+    block = math.gcd(rows, TABLE_ROW_BLOCK)
+    f32x16, zero = f"float32x{ROW_LANES}", tirx.Broadcast(tirx.const(0.0, "float32"), ROW_LANES)
+
+    def lookup(table, index):
+        return tirx.call_llvm_pure_intrin(f32x16, "llvm.x86.avx512.permvar.sf.512", table, index)
+
+    with IRBuilder() as ib, T.parallel(0, rows // block) as tile, T.serial(0, batch) as a, \
+            T.serial(0, n_groups) as g:
+        with T.serial(0, block // ROW_LANES) as v:
+            T.buffer_store(out, zero, [a, g, tirx.Ramp(tile * block + v * ROW_LANES, 1, ROW_LANES)])
+        with T.serial(0, group_bytes) as b:
+            byte = g * group_bytes + b
+            low = lut.vload([a, 2 * byte, 0], f32x16)
+            high = lut.vload([a, 2 * byte + 1, 0], f32x16)
+            ahead = tirx.min(byte + TABLE_PREFETCH, total_bytes - 1)
+            for line in range(0, block, CACHE_LINE):  # read, keep in all levels, data
+                T.evaluate(tirx.call_llvm_intrin("void", "llvm.prefetch.p0", tirx.address_of(
+                    codes[ahead, tile * block + line]), *(tirx.const(v, "int32") for v in (0, 3, 1))))
+            with T.serial(0, block // ROW_LANES) as v:
+                n = tile * block + v * ROW_LANES
+                # a last group may run past the row's bytes: its tables are zero there
+                code = codes.vload([tirx.min(byte, total_bytes - 1), n], f"uint8x{ROW_LANES}")
+                index = tirx.Cast(f"int32x{ROW_LANES}", code)  # vpermps reads the low 4 bits
+                shift = tirx.Broadcast(tirx.const(NIBBLE_BITS, "int32"), ROW_LANES)
+                T.buffer_store(out, out.vload([a, g, n], f32x16) + (lookup(low, index) + lookup(high, index >> shift)),
+                               [a, g, tirx.Ramp(n, 1, ROW_LANES)])
+    return ib.get()
+
+
 PACKED = "packed"  # the simulators' (N, row_bytes): a row's bitstream contiguous
 BYTES_MAJOR = "bytes_major"  # (row_bytes, N): byte b of every row contiguous, for row-vector kernels
 LAYOUTS = (PACKED, BYTES_MAJOR)
 
 
 def gemv_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | None = None,
-                layout: str = PACKED, batch: int = 1):
+                layout: str = PACKED, batch: int = 1, avx512: bool = False):
     """``y`` (batch, rows) = ``x' W'^T`` from packed codes and rotated, padded activations ``x'`` (batch, chunks * d).
 
     ``ones[n, g] = sum_{t in g} B[n, t] z[t]`` is a reduction over (byte, bit in byte) in
     which a set bit selects ``z[t]``. ``layout``: ``packed`` (the simulators' bytes) or
     ``bytes_major`` (the same bytes transposed, :func:`transpose_codes`), where a
     vector of rows reads one byte each from one contiguous load.
+
+    ``avx512`` (``bytes_major``, rows a multiple of 16): ``ones`` by nibble tables instead,
+    :func:`_nibble_tables` and :func:`_table_sums_avx512`; x86 code, already scheduled.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if avx512 and (layout != BYTES_MAJOR or rows % ROW_LANES):
+        raise ValueError(f"avx512=True takes layout='bytes_major' and rows a multiple of {ROW_LANES}, "
+                         f"got layout={layout!r}, rows={rows}")
     _, matrix, row_scale, groups = _placeholders(fmt, rows, chunks, group_size)
     total_bytes = row_bytes(chunks, fmt.lifted)
     if layout == PACKED:
@@ -203,6 +284,13 @@ def gemv_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | 
     n_groups = -(-total_bytes // group_bytes) if group_size is None else groups.shape[1]
     z = _lift(matrix, xr, fmt, chunks, n_groups * group_bits)
     zsum = _zsum(z, n_groups, group_bits)
+    if avx512:
+        lut = _nibble_tables(z)
+        sums = te.extern((batch, n_groups, rows), [lut, codes], lambda ins, outs: _table_sums_avx512(
+            *ins, *outs, group_bytes, total_bytes), name="ones", dtype="float32")
+        y = _combine(lambda a, n, g: sums[a, g, n], zsum, row_scale, groups, fmt, rows, n_groups, batch)
+        inputs = [xr, codes, matrix, row_scale, *([groups] if groups is not None else [])]
+        return te.create_prim_func([*inputs, y])
     b = te.reduce_axis((0, group_bytes), name="b")
     u = te.reduce_axis((0, BYTE_BITS), name="u")
 
@@ -211,12 +299,12 @@ def gemv_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | 
         byte = g * group_bytes + b
         clamped = tirx.min(byte, total_bytes - 1)
         code = codes[n, clamped] if layout == PACKED else codes[clamped, n]
-        bit = (tirx.Cast("uint32", code) >> tirx.Cast("uint32", u)) & u32(1)
-        return te.sum(tirx.Select(bit != u32(0), z[a, byte * BYTE_BITS + u], tirx.const(0.0, "float32")),
-                      axis=[b, u])
+        bit = code & (tirx.const(1, "uint8") << tirx.Cast("uint8", u))  # byte-wide: one vptestmb per 16 rows
+        return te.sum(tirx.Select(bit != tirx.const(0, "uint8"), z[a, byte * BYTE_BITS + u],
+                                  tirx.const(0.0, "float32")), axis=[b, u])
 
     ones = te.compute((batch, rows, n_groups), dot, name="ones")
-    y = _combine(ones, zsum, row_scale, groups, fmt, rows, n_groups)
+    y = _combine(lambda a, n, g: ones[a, n, g], zsum, row_scale, groups, fmt, rows, n_groups, batch)
     inputs = [xr, codes, matrix, row_scale, *([groups] if groups is not None else [])]
     return te.create_prim_func([*inputs, y])
 
@@ -240,9 +328,15 @@ def schedule_cpu(func, layout: str = PACKED, parallel: bool = True):
     reduction factored over its bit lanes with ``rfactor``). ``bytes_major``: a vector of
     16 rows reads one byte each from one load; each bit is a masked add of the same
     lifted value into 16 row sums, several vectors of rows per byte so the adds overlap.
-    The O(rows) combination runs after them.
+    The O(rows) combination runs after them. A kernel made with ``avx512`` has its table
+    sums scheduled already: its lift and tables are vectorized here.
     """
     sch = s_tir.Schedule(func)
+    _schedule_lift(sch)
+    if _has_block(sch, "lut"):  # the avx512 kernel: its table sums come scheduled
+        *_, m = sch.get_loops(sch.get_sblock("lut"))
+        sch.vectorize(m)
+        return sch.mod["main"]
     ones = sch.get_sblock("ones")
     if layout == BYTES_MAJOR:
         a, n, g, b, u = sch.get_loops(ones)
@@ -264,6 +358,37 @@ def schedule_cpu(func, layout: str = PACKED, parallel: bool = True):
     if parallel:
         sch.parallel(rows_outer)
     return sch.mod["main"]
+
+
+def _has_block(sch, name: str) -> bool:
+    return any(sch.get(b).name_hint == name for b in sch.get_child_blocks(sch.get_sblock("root")))
+
+
+GEMV_ATTR = "edgekit.liftquant_gemv"  # a CPU GEMV's [format, rows, chunks, group size or 0, batch]
+
+
+def has_avx512(target) -> bool:
+    """Whether ``target`` (anything ``tvm.target.Target`` takes, or None) is an LLVM CPU with AVX-512F."""
+    if target is None:
+        return False
+    target = tvm.target.Target(target)
+    return target.kind.name == "llvm" and bool(tvm.target.codegen.target_has_features("avx512f", target))
+
+
+def cpu_gemv(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | None, batch: int, target=None):
+    """The scheduled ``bytes_major`` GEMV for a CPU ``target``: nibble tables on AVX-512 (rows a
+    multiple of 16), bit selects elsewhere (any target, or None when it is not known yet)."""
+    avx512 = has_avx512(target) and rows % ROW_LANES == 0
+    func = schedule_cpu(gemv_kernel(fmt, rows, chunks, group_size, BYTES_MAJOR, batch, avx512), BYTES_MAJOR)
+    return func.with_attr(GEMV_ATTR, [fmt.name, rows, chunks, group_size or 0, batch])
+
+
+def specialize_cpu_gemv(func, target):
+    """``func`` (a :func:`cpu_gemv`, its attributes kept) rebuilt for ``target``: the same inputs and output."""
+    name, rows, chunks, group_size, batch = func.attrs[GEMV_ATTR]
+    fmt = get_liftquant_format(str(name))
+    new = cpu_gemv(fmt, int(rows), int(chunks), int(group_size) or None, int(batch), target)
+    return new.without_attr("global_symbol").with_attr({k: v for k, v in func.attrs.items() if k != "global_symbol"})
 
 
 GPU_THREADS = 256
@@ -322,7 +447,8 @@ def layer_kernels(q: LiftQuantTensor, layout: str = PACKED, batch: int = 1) -> L
 
 
 def layer_module(q: LiftQuantTensor, device: str = "cpu", target=None):
-    """A Relax module whose ``main(x (1, K)) -> (1, N)`` computes ``x @ W_hat.T`` from the stored tensor.
+    """A Relax module whose ``main(x (1, K)) -> (1, N)`` computes ``x @ W_hat.T`` from the stored tensor
+    (kernels for ``target``, see :func:`emit_layer`).
 
     ``lower`` builds the same two calls into a model with :func:`emit_layer`.
     """
@@ -340,8 +466,9 @@ def layer_module(q: LiftQuantTensor, device: str = "cpu", target=None):
 def emit_layer(bb, x, q: LiftQuantTensor, device: str, target=None, name: str = "liftquant"):
     """Emit ``x @ W_hat.T`` for a (batch, K) Relax tensor ``x`` into ``bb``: two ``call_tir``, constants bound.
 
-    On ``cpu`` the GEMV reads the ``bytes_major`` layout and carries its CPU schedule; on
-    ``cuda`` it reads the simulators' bytes, the GEMV gets dlight's rules
+    On ``cpu`` the GEMV reads the ``bytes_major`` layout and carries its CPU schedule
+    (:func:`cpu_gemv` for ``target``; ``build.schedule`` specializes it later when
+    ``target`` is not known here); on ``cuda`` it reads the simulators' bytes, the GEMV gets dlight's rules
     (``build.gpu_schedule``) for ``target`` (default: a generic CUDA target) and the
     rotation :func:`schedule_rotate_gpu`.
     """
@@ -353,7 +480,7 @@ def emit_layer(bb, x, q: LiftQuantTensor, device: str, target=None, name: str = 
     layout = BYTES_MAJOR if device == "cpu" else PACKED
     k = layer_kernels(q, layout, batch)
     if device == "cpu":
-        rotate, gemv = k.rotate, schedule_cpu(k.gemv, layout)
+        rotate, gemv = k.rotate, cpu_gemv(q.format, k.rows, q.chunks, q.group_size, batch, target)
     else:
         target = tvm.target.Target(target) if target is not None else tvm.target.Target({"kind": "cuda"})
         rotate, gemv = schedule_rotate_gpu(k.rotate), gpu_schedule(k.gemv, target)

@@ -14,8 +14,10 @@ from edgekit.compilers.liftquant_kernels import (
     BYTES_MAJOR,
     LAYOUTS,
     PACKED,
+    cpu_gemv,
     decode_kernel,
     gemv_kernel,
+    has_avx512,
     layer_kernels,
     layer_module,
     rotate_kernel,
@@ -36,6 +38,10 @@ CASES = [
     ("6to4", (17, 50), None, False),
     ("16to8", (8, 4096), None, False),  # a power of two: signs and a 12-stage Walsh-Hadamard, no factor
 ]
+HOST_AVX512 = has_avx512(tvm_target("host"))
+# rows a multiple of 16; group scales, a last group past the row's bytes, two row blocks of 128
+TABLE_CASES = [("24to10", (48, 100), None, True), ("16to8", (32, 96), 16, False), ("24to10", (16, 130), 20, True),
+               ("10to8", (256, 64), 32, False)]
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 
@@ -48,9 +54,9 @@ def tensor(name, shape, group, multipliers, seed=0):
     return quantize(w, name, group_size=group, input_scales=m)
 
 
-def run(func, *arrays, out_shape):
+def run(func, *arrays, out_shape, target="llvm"):
     out = tvm.runtime.tensor(np.zeros(out_shape, np.float32))
-    tvm.compile(func, target="llvm")(*map(tvm.runtime.tensor, arrays), out)
+    tvm.compile(func, target=target)(*map(tvm.runtime.tensor, arrays), out)
     return out.numpy()
 
 
@@ -82,6 +88,23 @@ def test_rotation_and_fused_gemv(case):
         np.testing.assert_allclose(y, ref, rtol=0, atol=1e-5 * np.abs(ref).max())  # float32 sums of C * D terms
 
 
+@pytest.mark.skipif(not HOST_AVX512, reason="this CPU has no AVX-512")
+@pytest.mark.parametrize("case", TABLE_CASES, ids=[f"{c[0]}-{c[1][0]}x{c[1][1]}-g{c[2]}" for c in TABLE_CASES])
+def test_nibble_table_gemv_equals_the_bit_select_one(case):
+    q = tensor(*case)
+    batch = 2
+    k = layer_kernels(q, BYTES_MAJOR, batch)
+    xr = np.random.default_rng(5).standard_normal((batch, k.padded)).astype(np.float32)
+    target = tvm_target("host")
+    tables = cpu_gemv(q.format, q.shape[0], q.chunks, q.group_size, batch, target)
+    assert "lut" in tables.script() and "permvar" in tables.script()
+    y = [run(f, xr, *k.gemv_args, out_shape=(batch, q.shape[0]), target=target)
+         for f in (tables, cpu_gemv(q.format, q.shape[0], q.chunks, q.group_size, batch))]
+    ref = xr.astype(np.float64) @ q.rotated_weights().astype(np.float64).T
+    for out in y:
+        np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
+
+
 def test_unscheduled_gemv_equals_the_scheduled_one():
     q = tensor(*CASES[3])
     k = layer_kernels(q, BYTES_MAJOR)
@@ -91,11 +114,15 @@ def test_unscheduled_gemv_equals_the_scheduled_one():
     np.testing.assert_allclose(plain, scheduled, rtol=1e-6, atol=1e-6 * np.abs(plain).max())
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[-1]], ids=["24to10", "16to8-groups", "16to8-4096"])
-def test_whole_layer_matches_pytorch(case):
+@pytest.mark.parametrize(("case", "for_host"), [(CASES[0], False), (CASES[1], False), (CASES[-1], False),
+                                              (TABLE_CASES[1], True)],
+                         ids=["24to10", "16to8-groups", "16to8-4096", "16to8-groups-host"])
+def test_whole_layer_matches_pytorch(case, for_host):
     q = tensor(*case)
     x = np.random.default_rng(2).standard_normal((1, q.shape[1])).astype(np.float32)
-    vm = relax.VirtualMachine(tvm.compile(layer_module(q, "cpu"), target=tvm_target("host")), tvm.cpu())
+    target = tvm_target("host")  # kernels for it (nibble tables on AVX-512), or for any CPU
+    module = layer_module(q, "cpu", target if for_host else None)
+    vm = relax.VirtualMachine(tvm.compile(module, target=target), tvm.cpu())
     y = vm["main"](tvm.runtime.tensor(x)).numpy()
     expected = torch.nn.functional.linear(torch.from_numpy(x), torch.from_numpy(q.dequantize())).numpy()
     np.testing.assert_allclose(y, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
@@ -138,4 +165,12 @@ def test_bad_input():
         gemv_kernel(tensor("10to8", (4, 64), 8, False).format, 4, 8, 8)
     with pytest.raises(ValueError, match="device must be cpu or cuda"):
         layer_module(q, "tpu")
+    with pytest.raises(ValueError, match="avx512=True takes layout='bytes_major' and rows a multiple of 16, got "
+                                         "layout='packed', rows=16"):
+        gemv_kernel(q.format, 16, q.chunks, None, PACKED, avx512=True)
+    with pytest.raises(ValueError, match="rows a multiple of 16, got layout='bytes_major', rows=8"):
+        gemv_kernel(q.format, 8, q.chunks, None, BYTES_MAJOR, avx512=True)
+    arm = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
+    assert not has_avx512(arm) and not has_avx512(None) and not has_avx512({"kind": "cuda"})
+    assert "lut" not in cpu_gemv(q.format, 16, q.chunks, None, 1, arm).script()  # the portable bit selects
     assert rotate_kernel(40, 40, 8, False) is not None and BYTES_MAJOR in LAYOUTS

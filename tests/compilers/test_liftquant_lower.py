@@ -9,9 +9,11 @@ import tvm
 
 from edgekit.compilers.build import compile_for_cpu, cuda_source, run, schedule
 from edgekit.compilers.importer import import_torch
+from edgekit.compilers.liftquant_kernels import has_avx512
 from edgekit.compilers.lower import lower
 from edgekit.compilers.plan import check_weight_format, make_plan
 from edgekit.simulators.liftquant import quantize
+from edgekit.targets import tvm_target
 
 from .models import CNN, MLP, TransformerBlock, seeded
 
@@ -26,14 +28,25 @@ def simulated(model, plan):
     return out
 
 
-@pytest.mark.parametrize(("cls", "shape"), [(MLP, (1, 64)), (MLP, (5, 64)), (TransformerBlock, (1, 8, 64))],
-                         ids=["mlp-gemv", "mlp-gemm", "transformer"])
-def test_compiled_matches_simulated_pytorch(cls, shape):
+HOST_AVX512 = has_avx512(tvm_target("host"))
+
+
+@pytest.mark.parametrize(("cls", "shape", "host"), [
+    (MLP, (1, 64), False), (MLP, (5, 64), False), (TransformerBlock, (1, 8, 64), False),
+    # built for this CPU: on AVX-512, fc1's 96 rows take the nibble-table GEMV, fc2's 10 the bit selects
+    pytest.param(MLP, (1, 64), True, marks=pytest.mark.skipif(not HOST_AVX512, reason="no AVX-512 here")),
+    pytest.param(MLP, (5, 64), True, marks=pytest.mark.skipif(not HOST_AVX512, reason="no AVX-512 here")),
+], ids=["mlp-gemv", "mlp-gemm", "transformer", "mlp-gemv-host", "mlp-gemm-host"])
+def test_compiled_matches_simulated_pytorch(cls, shape, host):
     model = seeded(cls)
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
     plan = make_plan(model, "liftquant:2.4")
     assert set(plan.values()) == {"liftquant_24to10"}
-    executable, lowered = compile_for_cpu(import_torch(model, (x,)), plan)
+    executable, lowered = compile_for_cpu(import_torch(model, (x,)), plan, tvm_target("host") if host else None)
+    if host:  # build.schedule gave the 96-row layer the nibble-table GEMV; 10 rows keep the bit selects
+        scheduled = schedule(lowered.mod, "cpu", tvm_target("host"))
+        tables = {gv.name_hint: "permvar" in f.script() for gv, f in scheduled.functions_items() if "gemv" in gv.name_hint}
+        assert tables == {"liftquant_24to10_96x64_gemv": True, "liftquant_24to10_10x96_gemv": False}
     record = next(iter(lowered.layers.values()))
     assert record.format == "liftquant_24to10" and record.layout == "bytes_major"
     assert record.weight_bits == pytest.approx(8 * (record.codes_bytes + record.scales_bytes) / record.weights)
