@@ -1,15 +1,22 @@
 """RieSelect against full upload, random layers and top-k layers by update norm (run by hand, with nice).
 
     nice python benchmarks/fl_rieselect.py [--clients 4] [--rounds-per-task 5] [--local-steps 10]
-                                           [--budget 0.25] [--seeds 0,1] [-o benchmarks/results/fl_rieselect.json]
+                                           [--budget 0.25] [--risk-weight 1] [--basin 0.2]
+                                           [--seeds 0,1] [-o benchmarks/results/fl_rieselect.json]
 
 The byte-level LM (LMConfig.tiny) learns stdlib packages in order (``edgekit.fl_job.
 CONTINUAL_TASKS``: email, asyncio, encodings) across ``--clients`` clients on the in-process
-engine. Each round a client may upload ``--budget`` of its update's bytes (the selective
-methods; ``full`` uploads everything). Reported per method, mean over seeds: the average
-final validation loss over all tasks (nats per byte, lower is better), forgetting (final
-loss of each earlier task minus its loss when its rounds ended) and total uplink bytes
-(the real serialized payloads; RieSelect's include its Fisher diagonals, once per task).
+engine. Reported per method, mean over seeds: the average final validation loss over all
+tasks (nats per byte, lower is better), forgetting (final loss of each earlier task minus
+its loss when its rounds ended) and total uplink bytes (the real serialized messages).
+
+The budget is matched per round: each client of a selective method (random, topk,
+rieselect) sends at most ``--budget`` of the full update's payload bytes per round, and
+RieSelect pays for its Fisher uploads (its shard of the finished task's Fisher, MXINT8, in
+the first round of each later task) out of that same round's budget. Message framing
+(tensor layout, metrics) is outside the budget for every method alike; the uplink column
+counts everything. ``full`` uploads every layer. ``--risk-weight`` and ``--basin`` apply to
+RieSelect only.
 Every finished run is kept in ``<output stem>_runs/`` and reused.
 """
 
@@ -31,7 +38,8 @@ def one_run(job: dict, done_dir: Path) -> dict:
     from edgekit.fl_job import continual_lm_workload
     from edgekit.simulators.files import atomic_write
 
-    kept = done_dir / f"{job['selection']}_b{job['budget_fraction']}_s{job['seed']}.json"
+    tuned = f"_w{job['risk_weight']}_basin{job['basin']}" if "basin" in job else ""
+    kept = done_dir / f"{job['selection']}_b{job['budget_fraction']}{tuned}_s{job['seed']}.json"
     if kept.exists():
         saved = json.loads(kept.read_text())
         if saved["job"] == job:
@@ -53,7 +61,7 @@ def main():
     parser.add_argument("--rounds-per-task", type=int, default=5)
     parser.add_argument("--local-steps", type=int, default=10)
     parser.add_argument("--budget", type=float, default=0.25)
-    parser.add_argument("--basin", type=float, default=0.05)
+    parser.add_argument("--basin", type=float, default=0.2)
     parser.add_argument("--risk-weight", type=float, default=1.0)
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_rieselect.json"))
@@ -62,7 +70,8 @@ def main():
     done_dir.mkdir(parents=True, exist_ok=True)
     jobs = [{"selection": selection, "clients": args.clients, "rounds_per_task": args.rounds_per_task,
              "local_steps": args.local_steps, "budget_fraction": 1.0 if selection == "full" else args.budget,
-             "basin": args.basin, "risk_weight": args.risk_weight, "seed": int(seed)}
+             **({"basin": args.basin, "risk_weight": args.risk_weight} if selection == "rieselect" else {}),
+             "seed": int(seed)}
             for seed in args.seeds.split(",") for selection in SELECTIONS]
     runs = [one_run(job, done_dir) for job in jobs]
 
@@ -80,7 +89,8 @@ def main():
                      "uplink MB": round(float(np.mean([r["uplink_bytes"] for r in mine])) / 1e6, 3),
                      "layers sent": round(float(np.mean([r["layer_fraction"] for r in mine])), 3)})
     print(markdown_table(rows))
-    atomic_write(args.output, json.dumps({"meta": provenance(0), "table": rows, "runs": runs}, indent=1) + "\n")
+    atomic_write(args.output, json.dumps({"meta": provenance(0), "arguments": {**vars(args), "output": str(args.output)},
+                                          "table": rows, "runs": runs}, indent=1) + "\n")
     print(f"wrote {args.output}")
 
 

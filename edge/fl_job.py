@@ -94,11 +94,15 @@ def partition_bytes(config: lm.LMConfig, partitions: int) -> list[np.ndarray]:
     return shares
 
 
-def window_loss(model, data: torch.Tensor, config: lm.LMConfig, rng: np.random.Generator) -> torch.Tensor:
-    """Next-byte cross-entropy on ``batch`` random windows of ``data`` (the LM's training loss)."""
+def window_loss(model, data: torch.Tensor, config: lm.LMConfig, rng: np.random.Generator,
+                per_window: bool = False) -> torch.Tensor:
+    """Next-byte cross-entropy on ``batch`` random windows of ``data`` (the LM's training loss);
+    ``per_window``: each window's mean instead, shape ``(batch,)``."""
     starts = torch.from_numpy(rng.integers(0, len(data) - config.seq_len - 1, config.batch))
     window = data[starts[:, None] + torch.arange(config.seq_len + 1)]
     logits = model(window[:, :-1])
+    if per_window:
+        return F.cross_entropy(logits.transpose(1, 2), window[:, 1:], reduction="none").mean(1)
     return F.cross_entropy(logits.reshape(-1, lm.VOCAB), window[:, 1:].reshape(-1))
 
 
@@ -168,16 +172,17 @@ def continual_lm_workload(clients: int, tasks: tuple[str, ...] = CONTINUAL_TASKS
         torch.manual_seed(config.seed)
         return lm.build(config)
 
-    def batch_loss(model, task, partition, step):
+    def sample_losses(model, task, partition, step):
         rng = np.random.default_rng([config.seed, task, partition, step + 2**31])  # steps may be negative
-        return window_loss(model, shares[task][partition], config, rng)
+        return window_loss(model, shares[task][partition], config, rng, per_window=True)
 
     def evaluate(model, task):
         window = validation[task]
         logits = model(window[:, :-1])
         return float(F.cross_entropy(logits.reshape(-1, lm.VOCAB), window[:, 1:].reshape(-1)))
 
-    return ContinualWorkload(build, batch_loss, evaluate, len(tasks), lr=config.lr, flops_per_step=step_flops(config))
+    return ContinualWorkload(build, sample_losses, evaluate, len(tasks), observations=config.seq_len, lr=config.lr,
+                             flops_per_step=step_flops(config))
 
 
 @lru_cache(maxsize=2)

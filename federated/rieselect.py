@@ -8,12 +8,14 @@ of its layers (here: parameter tensors), its update ``local - global``. Selectio
 * ``random``: layers in a seeded random order while they fit the byte budget;
 * ``topk``: layers by decreasing update norm while they fit;
 * ``rieselect``: the 0/1 knapsack over layers that maximises ``utility - risk_weight * risk``
-  under the budget, where utility is the decrease of the current task's loss that the
-  layer's update alone brings to the global model (measured on held-out batches) and risk
-  the layer's conflict score with earlier tasks in the diagonal Fisher
+  under the budget, where utility is the first-order decrease of the current task's loss
+  that the layer's update brings to the global model (on local batches training does not
+  draw) and risk the layer's conflict score with earlier tasks in the diagonal Fisher
   metric: the increase of ``sum_t 1/2 sum F_t (theta - theta*_t)^2`` that its update causes,
   ``F_t`` the Fisher diagonal of task ``t`` at the solution ``theta*_t`` the federation had
-  when that task ended.
+  when that task ended. ``F_t`` is the Fisher of the per-prediction loss (the loss the
+  workload averages, nats per prediction for the LM), so the penalty is the second-order
+  increase of that loss, in the same units as the utility and the basin.
 
 The server averages each layer's updates over the clients that sent it (a layer nobody
 sent stays). For ``rieselect`` it then caps the step: the update ``d`` is applied as
@@ -21,12 +23,17 @@ sent stays). For ``rieselect`` it then caps the step: the update ``d`` is applie
 keeps ``sum_t 1/2 sum F_t (theta + eta d - theta*_t)^2`` inside the safe basin ``basin``
 (or, if the model is already outside it, does not push it further out). Each client
 computes its Fisher diagonal of a finished task in the first round of the next one, at the
-global model it receives, keeps it for its own risk scores and uploads it once for the
-server's basin (counted in the bytes).
+global model it receives, and keeps it for its own risk scores. For the server's basin it
+uploads only its shard of that Fisher (the layers :func:`fisher_shards` gives it: one
+client per layer), as the square root (the RMS gradient, half the dynamic range) in
+MXINT8; those bytes come out of that round's byte budget, so every selective method sends
+at most ``budget_fraction`` of the full update's bytes per client and round. A layer whose
+shard was lost has no Fisher at the server and is not capped.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -42,25 +49,31 @@ from .compression import from_record, packed_nbytes, to_record
 from .engine import GlobalModelStrategy, RunResult, run_rounds
 from .links import LinkSpec, Network
 from .network_grid import NetworkGrid, in_process_network
-from .records import RoundRecord
+from .records import RoundRecord, check_update
 from .workload import model_holding, parameters_of
+
+log = logging.getLogger("edgekit.federated")
 
 TRAIN_ACTION = "rieselect"
 FISHER, ANCHORS = "rieselect_fisher", "rieselect_anchor"
+FISHER_COMPRESSION = "mxint8"  # the server's basin needs the Fisher's shape, not float32 precision
 
 
 @dataclass(frozen=True)
 class ContinualWorkload:
     """A model and a sequence of tasks, as RieSelect needs them.
 
-    batch_loss: ``(model, task, partition, step) -> loss`` of one batch of that client's share of the task.
+    sample_losses: ``(model, task, partition, step) -> (batch,) losses`` of one batch of that
+    client's share of the task, each sample's loss the mean over its ``observations``
+    predictions (a window's next-byte losses for the LM); the training loss is their mean.
     evaluate: ``(model, task) -> loss`` on the task's held-out data.
     """
 
     build_model: Callable[[], nn.Module]
-    batch_loss: Callable[[nn.Module, int, int, int], torch.Tensor]
+    sample_losses: Callable[[nn.Module, int, int, int], torch.Tensor]
     evaluate: Callable[[nn.Module, int], float]
     num_tasks: int
+    observations: int = 1
     lr: float = 3e-3
     flops_per_step: float = 1e6
 
@@ -73,7 +86,7 @@ class ContinualSettings:
     local_steps: int = 10
     budget_fraction: float = 0.25  # per client and round, of the full update's bytes
     risk_weight: float = 1.0
-    basin: float = 0.05  # nats: the second-order loss increase on earlier tasks the server step may reach
+    basin: float = 0.2  # nats: the second-order loss increase on earlier tasks the server step may reach
     fisher_batches: int = 4
     seed: int = 0
 
@@ -137,15 +150,18 @@ def penalty_increase(start: dict, delta: dict, anchors: Sequence[tuple[dict, dic
 
 def safe_step(params: dict, direction: dict, anchors: Sequence[tuple[dict, dict]], basin: float) -> float:
     """The largest ``eta`` in [0, 1] with ``sum_t 1/2 sum F_t (params + eta d - theta*_t)^2 <= max(basin, now)``:
-    the root of ``a eta^2 + b eta + c = limit``."""
+    the root of ``a eta^2 + b eta + c = limit``. The sum runs over every layer with a Fisher:
+    the layers ``direction`` leaves alone add their penalty to ``c``; one with no Fisher is not capped."""
     a = b = c = 0.0
     for fisher, anchor in anchors:
-        for name, d in direction.items():
+        for name, f in fisher.items():
             offset = (params[name] - anchor[name]).astype(np.float64)
-            f, d = fisher[name].astype(np.float64), d.astype(np.float64)
-            a += 0.5 * float(np.sum(f * d * d))
-            b += float(np.sum(f * d * offset))
+            f = f.astype(np.float64)
             c += 0.5 * float(np.sum(f * offset * offset))
+            if name in direction:
+                d = direction[name].astype(np.float64)
+                a += 0.5 * float(np.sum(f * d * d))
+                b += float(np.sum(f * d * offset))
     limit = max(basin, c)
     if a <= 0 or a + b + c <= limit:
         return 1.0
@@ -155,15 +171,35 @@ def safe_step(params: dict, direction: dict, anchors: Sequence[tuple[dict, dict]
 
 def fisher_diagonal(workload: ContinualWorkload, model: nn.Module, task: int, partition: int,
                     batches: int) -> dict[str, np.ndarray]:
-    """The empirical Fisher diagonal of ``task`` at ``model``: squared gradients of its batches, averaged."""
-    out = {name: np.zeros(p.shape, np.float32) for name, p in model.named_parameters()}
+    """The empirical Fisher diagonal of ``task``'s per-prediction loss at ``model``.
+
+    Samples are the independent observations: with ``m_s`` a sample's mean loss over its
+    ``n`` predictions, the Hessian of the mean loss is about ``n * mean_s (grad m_s)^2``.
+    (The square of a batch's mean gradient would be that divided by the batch's
+    predictions, about a thousand for the LM: a risk and a basin a thousand times too lax.)"""
+    params = dict(model.named_parameters())
+    out = {name: np.zeros(p.shape, np.float64) for name, p in params.items()}
     model.eval()
+    count = 0
     for b in range(batches):
-        model.zero_grad(set_to_none=True)
-        workload.batch_loss(model, task, partition, -1 - b).backward()  # negative steps: batches training never draws
-        for name, p in model.named_parameters():
-            out[name] += (p.grad.detach().numpy() ** 2) / batches
-    return out
+        losses = workload.sample_losses(model, task, partition, -1 - b)  # negative steps: batches training never draws
+        for loss in losses:
+            grads = torch.autograd.grad(loss, list(params.values()), retain_graph=True)
+            for name, g in zip(params, grads):
+                out[name] += g.double().numpy() ** 2
+        count += len(losses)
+    return {name: (f * workload.observations / count).astype(np.float32) for name, f in out.items()}
+
+
+def fisher_shards(shapes: dict[str, tuple], clients: int) -> list[list[str]]:
+    """Which layers' Fisher each client uploads: every layer to one client, largest first to the
+    client with the fewest bytes so far, so each uploads about ``1/clients`` of the model."""
+    shards, load = [[] for _ in range(clients)], [0] * clients
+    for name in sorted(shapes, key=lambda n: (-math.prod(shapes[n]), n)):
+        c = load.index(min(load))
+        shards[c].append(name)
+        load[c] += math.prod(shapes[name])
+    return shards
 
 
 UTILITY_BATCHES = 2
@@ -171,26 +207,22 @@ UTILITY_BATCHES = 2
 
 def layer_utilities(workload: ContinualWorkload, model: nn.Module, start: dict, delta: dict, task: int,
                     partition: int, server_round: int) -> dict[str, float]:
-    """Each layer's plasticity utility: how much applying its update alone to the round-start
-    model lowers the current task's loss, on ``UTILITY_BATCHES`` batches training does not draw.
-    Measured, not estimated to first order: one-batch gradients at the round start were too
-    noisy to rank layers, and a forward pass per layer costs little beside the local steps."""
+    """Each layer's plasticity utility: the first-order decrease of the current task's loss that
+    its update brings to the round-start model, ``-g . delta``, with ``g`` the gradient on
+    ``UTILITY_BATCHES`` batches of local data that training does not draw. First order is
+    additive over layers, as the knapsack's sum assumes; the measured loss change of each
+    layer's update applied alone is not (most layers' updates alone raised the loss: they
+    help together), and selecting by it learned every task more slowly."""
     params = dict(model.named_parameters())
-    keys = [-1000 * (server_round + 1) - b for b in range(UTILITY_BATCHES)]
-
-    def loss() -> float:
-        return float(np.mean([float(workload.batch_loss(model, task, partition, k)) for k in keys]))
-
-    model.eval()
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(torch.tensor(start[name]))  # a copy: start may be a read-only view of message bytes
-        base, out = loss(), {}
-        for name, p in params.items():
-            p.add_(torch.from_numpy(delta[name]))
-            out[name] = base - loss()
-            p.copy_(torch.tensor(start[name]))  # a copy: start may be a read-only view of message bytes
-    return out
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    keys = [-1000 * (server_round + 1) - b for b in range(UTILITY_BATCHES)]
+    loss = sum(workload.sample_losses(model, task, partition, k).mean() for k in keys) / len(keys)
+    loss.backward()
+    return {name: -float(np.sum(p.grad.numpy() * delta[name])) for name, p in params.items()}
 
 
 def _select(settings: ContinualSettings, start: dict, delta: dict, utility: dict | None, anchors, budget: int,
@@ -220,22 +252,25 @@ def _stored_anchors(state) -> list[tuple[dict, dict]]:
 
 def client_round(workload: ContinualWorkload, settings: ContinualSettings, context: Context, start: dict,
                  server_round: int) -> tuple[dict, dict | None, dict]:
-    """(selected updates, Fisher diagonal of the task just finished or None, metrics) of one client round."""
+    """(selected updates, this client's shard of the square-rooted Fisher diagonal of the task
+    just finished or None, metrics) of one client round."""
     partition = int(context.node_config["partition-id"])
     task = task_of(server_round, settings.rounds_per_task)
     model = model_holding(workload, context.node_id, start)
-    fisher = None
+    shard = None
     if settings.selection == "rieselect" and task > 0 and server_round == task * settings.rounds_per_task + 1:
         fisher = fisher_diagonal(workload, model, task - 1, partition, settings.fisher_batches)
         context.state[f"{FISHER}.{task - 1}"] = to_record(fisher)
         context.state[f"{ANCHORS}.{task - 1}"] = to_record(start)
+        mine = fisher_shards({n: f.shape for n, f in fisher.items()}, settings.clients)[partition % settings.clients]
+        shard = {n: np.sqrt(fisher[n]) for n in mine}
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
     losses = []
     for step in range(settings.local_steps):
         torch.default_generator.manual_seed(int(np.random.SeedSequence([settings.seed, partition, server_round, step])
                                                 .generate_state(1)[0]))
-        loss = workload.batch_loss(model, task, partition, server_round * settings.local_steps + step)
+        loss = workload.sample_losses(model, task, partition, server_round * settings.local_steps + step).mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -243,12 +278,13 @@ def client_round(workload: ContinualWorkload, settings: ContinualSettings, conte
     local = parameters_of(model)
     delta = {name: local[name] - start[name] for name in start}
     full = sum(packed_nbytes(d.shape, "none") for d in delta.values())
+    shard_bytes = sum(packed_nbytes(f.shape, FISHER_COMPRESSION) for f in (shard or {}).values())
     rng = np.random.default_rng([settings.seed, partition, server_round])
     utility = (layer_utilities(workload, model, start, delta, task, partition, server_round)
                if settings.selection == "rieselect" else None)
     chosen = _select(settings, start, delta, utility, _stored_anchors(context.state),
-                     int(settings.budget_fraction * full), rng)
-    return ({n: delta[n] for n in chosen}, fisher,
+                     max(int(settings.budget_fraction * full) - shard_bytes, 0), rng)
+    return ({n: delta[n] for n in chosen}, shard,
             {"train_loss": float(np.mean(losses)), "layers": len(chosen), "layer_fraction": len(chosen) / len(delta)})
 
 
@@ -262,7 +298,7 @@ def register_client(app: ClientApp, workload_for: Callable[[Context], ContinualW
                                                from_record(message.content["params"]), server_round)
         content = RecordDict({"update": to_record(update), "metrics": MetricRecord(metrics)})
         if fisher is not None:
-            content["fisher"] = to_record(fisher)
+            content["fisher"] = to_record(fisher, FISHER_COMPRESSION)
         return Message(content, reply_to=message)
 
 
@@ -290,9 +326,12 @@ class ContinualFL(GlobalModelStrategy):
 
     def aggregate_train(self, server_round, replies):
         replies = list(replies)
-        fishers = [from_record(r.content["fisher"]) for r in replies if "fisher" in r.content.array_records]
-        if fishers:  # the task that just ended: its Fisher at the model the round started from
-            self.fishers.append({n: np.mean([f[n] for f in fishers], axis=0) for n in fishers[0]})
+        shards = [self._fisher_shard(server_round, r) for r in replies if "fisher" in r.content.array_records]
+        if shards:  # the task that just ended: its Fisher at the model the round started from
+            fisher = {}
+            for shard in filter(None, shards):
+                fisher.update({n: np.square(root) for n, root in shard.items()})
+            self.fishers.append(fisher)
             self.anchors.append(self._round_start)
         updates = [from_record(r.content[self.update_record]) for r in replies]
         direction = {}
@@ -309,6 +348,17 @@ class ContinualFL(GlobalModelStrategy):
                              "layer_fraction": float(np.mean([float(r.content["metrics"]["layer_fraction"])
                                                               for r in replies])) if replies else 0.0}
         return None, MetricRecord({"updates": len(replies)})
+
+    def _fisher_shard(self, server_round: int, reply: Message) -> dict | None:
+        """A reply's Fisher shard, or None (logged) when it is malformed: the update stands, its
+        layers go uncapped."""
+        shard, reason = check_update(reply, "fisher", self.update_reference, server_round, partial=True)
+        if reason is None and any(np.any(root < 0) for root in shard.values()):
+            shard, reason = None, "negative values in a square-rooted Fisher"
+        if reason is not None:
+            log.warning("round %d: Fisher shard from node %d ignored: %s", server_round, reply.metadata.src_node_id,
+                        reason)
+        return shard
 
     def state(self) -> dict:
         return {**super().state(), "fishers": self.fishers, "anchors": self.anchors}

@@ -4,13 +4,30 @@ import itertools
 
 import numpy as np
 import pytest
-from flwr.app import Message, MetricRecord, RecordDict
+import torch
+from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from torch import nn
+from torch.nn import functional as F
 
-from edgekit.federated.compression import to_record
+from edgekit.federated.compression import packed_nbytes, to_record
 from edgekit.federated.inproc_grid import InProcessGrid
 from edgekit.federated.records import check_update
-from edgekit.federated.rieselect import ContinualSettings, greedy_fill, knapsack, run_continual, safe_step
+from edgekit.federated.rieselect import (
+    FISHER_COMPRESSION,
+    ContinualFL,
+    ContinualSettings,
+    ContinualWorkload,
+    client_round,
+    fisher_diagonal,
+    fisher_shards,
+    greedy_fill,
+    knapsack,
+    layer_utilities,
+    run_continual,
+    safe_step,
+)
+from edgekit.federated.workload import parameters_of
 
 from .toy import toy_continual
 
@@ -47,6 +64,102 @@ def test_safe_step_stays_in_the_basin():
     assert penalty(eta) <= now + 1e-9
 
 
+def test_safe_step_counts_the_layers_it_leaves_alone():
+    # "v" is far from its anchor (the model is outside the basin); the step moves only "w", away from its anchor
+    fisher = {"w": np.ones(4), "v": np.ones(4)}
+    anchor = {"w": np.zeros(4), "v": np.zeros(4)}
+    params = {"w": np.full(4, 0.1), "v": np.full(4, 3.0)}
+    eta = safe_step(params, {"w": np.ones(4)}, [(fisher, anchor)], basin=1.0)
+    assert eta == 0.0  # any step along +w raises a penalty already past the basin
+
+
+def test_fisher_is_the_hessian_of_the_per_prediction_loss():
+    """A softmax classifier with labels drawn from itself: the Fisher equals the Hessian of the mean
+    cross-entropy per prediction, E[p_k (1 - p_k) x_j^2], whatever the predictions per sample."""
+    torch.manual_seed(0)
+    model = nn.Linear(4, 3)
+    x = torch.randn(4, 64, 8, 4, generator=torch.Generator().manual_seed(1))  # batches, samples, predictions, features
+    with torch.no_grad():
+        p = model(x).softmax(-1)
+    labels = torch.multinomial(p.reshape(-1, 3), 1, generator=torch.Generator().manual_seed(2)).reshape(p.shape[:-1])
+
+    def sample_losses(m, task, partition, step):
+        return F.cross_entropy(m(x[-1 - step]).transpose(1, 2), labels[-1 - step], reduction="none").mean(1)
+
+    workload = ContinualWorkload(lambda: model, sample_losses, lambda m, t: 0.0, 1, observations=8)
+    fisher = fisher_diagonal(workload, model, 0, 0, batches=4)
+    v, flat = (p * (1 - p)).reshape(-1, 3), x.reshape(-1, 4)
+    hessian = {"weight": (v.T @ flat ** 2 / len(flat)).numpy(), "bias": v.mean(0).numpy()}
+    for name, h in hessian.items():
+        np.testing.assert_allclose(fisher[name], h, rtol=0.2)
+
+
+def test_utility_is_the_first_order_loss_decrease_on_held_out_batches():
+    from .toy import toy_continual
+
+    workload = toy_continual(1)
+    model = workload.build_model()
+    start = parameters_of(model)
+    rng = np.random.default_rng(0)
+    delta = {n: (1e-3 * rng.normal(size=x.shape)).astype(np.float32) for n, x in start.items()}
+    utility = layer_utilities(workload, model, start, delta, 0, 0, 1)
+    keys = [-2000, -2001]  # the batches of round 1 that training never draws
+
+    def loss(arrays):
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(torch.from_numpy(arrays[name]))
+            return float(np.mean([float(workload.sample_losses(model, 0, 0, k).mean()) for k in keys]))
+
+    base = loss(start)
+    for name in ("0.weight", "4.weight"):  # a small step: the first-order value is the measured decrease
+        measured = base - loss({**start, name: start[name] + delta[name]})
+        assert utility[name] == pytest.approx(measured, rel=0.05, abs=1e-7)
+    joint = base - loss({n: start[n] + delta[n] for n in start})
+    assert sum(utility.values()) == pytest.approx(joint, rel=0.05)  # additive over layers
+
+
+def test_fisher_shards_split_the_layers():
+    shapes = {"a": (64, 64), "b": (64, 64), "c": (32, 64), "d": (32, 64), "e": (64,)}
+    shards = fisher_shards(shapes, 2)
+    assert sorted(n for shard in shards for n in shard) == sorted(shapes)  # every layer exactly once
+    sizes = [sum(np.prod(shapes[n]) for n in shard) for shard in shards]
+    assert max(sizes) - min(sizes) <= 64
+    assert fisher_shards(shapes, 7)[5:] == [[], []]  # more clients than layers: some send none
+
+
+def test_fisher_bytes_come_out_of_the_round_budget():
+    from .toy import toy_continual
+
+    workload = toy_continual(2)
+    settings = ContinualSettings(clients=2, rounds_per_task=2, local_steps=2, budget_fraction=0.5)
+    start = parameters_of(workload.build_model())
+    budget = int(0.5 * sum(packed_nbytes(x.shape, "none") for x in start.values()))
+    for partition in range(2):
+        context = Context(0, partition + 1, {"partition-id": partition, "num-partitions": 2}, RecordDict(), {})
+        client_round(workload, settings, context, start, 1)
+        update, shard, _ = client_round(workload, settings, context, start, 3)  # the first round of task 1
+        assert shard  # this client's part of the finished task's Fisher
+        sent = (sum(packed_nbytes(x.shape, "none") for x in update.values())
+                + sum(packed_nbytes(x.shape, FISHER_COMPRESSION) for x in shard.values()))
+        assert 0 < sent <= budget
+
+
+def test_the_server_squares_fisher_shards_and_ignores_malformed_ones(caplog):
+    grid = InProcessGrid(ClientApp(), 2)
+    initial = {"a": np.zeros(3, np.float32), "b": np.zeros(2, np.float32)}
+    strategy = ContinualFL(initial, ContinualSettings(clients=2, rounds_per_task=5), 1.0)
+    sent = strategy.configure_train(6, to_record(initial), ConfigRecord({}), grid)
+
+    def reply(message, shard):
+        return Message(RecordDict({"update": to_record({"a": np.ones(3)}), "metrics": MetricRecord({"layer_fraction": 0.5}),
+                                   "fisher": to_record(shard, FISHER_COMPRESSION)}), reply_to=message)
+
+    strategy.aggregate_train(6, [reply(sent[0], {"a": np.full(3, 0.5)}), reply(sent[1], {"b": np.ones(5)})])
+    assert list(strategy.fishers[0]) == ["a"] and strategy.fishers[0]["a"] == pytest.approx(0.25)
+    assert "Fisher shard from node" in caplog.text and "b: shape (5,), expected (2,)" in caplog.text
+
+
 def test_partial_updates_pass_the_check_only_when_allowed():
     InProcessGrid(ClientApp(), 1)  # messages are made as the server makes them (it sets Flower's task identity)
     reference = {"a": np.zeros(3, np.float32), "b": np.zeros(2, np.float32)}
@@ -72,7 +185,7 @@ def test_selective_uplink_on_the_engine():
     full = runs["full"][1]
     for name in ("random", "topk", "rieselect", "capped"):
         result, summary = runs[name]
-        # half of each update, plus framing (and for RieSelect its Fisher diagonal once a task)
+        # half of each update (for RieSelect its Fisher shards included), plus framing
         assert summary["uplink_bytes"] < 0.7 * full["uplink_bytes"]
         assert all(r.metrics["layer_fraction"] < 1 for r in result.records[1:])
     for result, summary in runs.values():

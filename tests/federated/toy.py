@@ -54,12 +54,12 @@ def toy_continual(tasks: int = 3, seed: int = 0):
         x = torch.randn(32, WIDTH, generator=torch.Generator().manual_seed(key)) + centres[task]
         return x, torch.tanh(x @ teachers[task])
 
-    def batch_loss(model, task, partition, step):
+    def sample_losses(model, task, partition, step):
         x, y = data(task, seed * 1_000_003 + task * 100_003 + partition * 10_007 + step)
-        return F.mse_loss(model(x), y)
+        return F.mse_loss(model(x), y, reduction="none")[:, 0]
 
     def evaluate(model, task):
         x, y = data(task, 99 + task)
         return float(F.mse_loss(model(x), y))
 
-    return ContinualWorkload(build, batch_loss, evaluate, tasks, lr=1e-2, flops_per_step=6 * 32 * 1600)
+    return ContinualWorkload(build, sample_losses, evaluate, tasks, lr=1e-2, flops_per_step=6 * 32 * 1600)
