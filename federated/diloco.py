@@ -22,7 +22,7 @@ from flwr.clientapp import ClientApp
 from .compression import check_compression, from_record, to_record
 from .engine import EdgeStrategy
 from .wire import TIMING, timing_record
-from .workload import Workload, inner_steps, model_holding, parameters_of, restore_optimizer, save_optimizer
+from .workload import Workload, inner_steps, model_holding, optimizer_holding, parameters_of, save_optimizer
 
 TRAIN_ACTION = "diloco"
 
@@ -100,8 +100,7 @@ def train_inner(workload: Workload, context: Context, start: dict[str, np.ndarra
     """A worker's inner phase from ``start``: (its local parameters after ``steps`` steps, mean loss)."""
     partition = int(context.node_config["partition-id"])
     model = model_holding(workload, context.node_id, start)
-    optimizer = workload.optimizer(model)
-    done = restore_optimizer(context.state, optimizer)
+    optimizer, done = optimizer_holding(workload, model, context.state)
     loss = inner_steps(workload, model, optimizer, partition, done, steps)
     save_optimizer(context.state, optimizer, done + steps)
     return parameters_of(model), loss

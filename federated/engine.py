@@ -29,7 +29,7 @@ from flwr.serverapp.strategy import Result, Strategy
 
 from .compression import from_record, to_record
 from .records import RoundRecord, check_update, explain_missing, mean_or_none
-from .wire import TIMING, timing_record
+from .wire import TIMING, timing_record, typed_record
 
 log = logging.getLogger("edgekit.federated")
 
@@ -119,7 +119,7 @@ class EdgeStrategy(Strategy, ABC):
                 continue
             record.used.append(client)
             accepted.append(reply)
-            losses.append(reply.content.metric_records.get("metrics", {}).get("train_loss"))
+            losses.append((typed_record(reply.content, "metrics", MetricRecord) or {}).get("train_loss"))
         record.train_loss = mean_or_none(losses)
         return accepted
 

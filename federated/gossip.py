@@ -36,11 +36,11 @@ from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_conte
 
 from .choices import MIXINGS
 from .compression import from_record, to_record
-from .diloco import DEFAULT_OUTER, OuterNesterov, inner_config, train_inner
+from .diloco import DEFAULT_OUTER, OuterNesterov, average, inner_config, train_inner
 from .engine import EdgeStrategy, client_index, simulated_clock
 from .records import RoundRecord
 from .topology import TOPOLOGIES, exact_average, graph, lazy_metropolis
-from .wire import PUBLISH, TIMING, peer_record_name, peer_sources, timing_record, wire_objects
+from .wire import PUBLISH, TIMING, peer_record_name, peer_sources, timing_record, typed_record, wire_objects
 from .workload import Workload, initial_parameters
 
 ROUND_ACTION, MIX_ACTION = "gossip", "mix"
@@ -153,8 +153,9 @@ class GossipDiLoCo(EdgeStrategy):
         content = RecordDict({"config": ConfigRecord({**self.train_config, "round": server_round,
                                                       "exchange": exchange})})
         weights = {SELF_WEIGHT: float(w[i, i])}
-        for j, other in enumerate(nodes):
-            if j != i and w[i, j] > 0:
+        for j in np.flatnonzero(w[i] > 0):  # the neighbours, in node order
+            if j != i:
+                other = nodes[j]
                 weights[str(other)] = float(w[i, j])
                 tag, published = self.published[other]
                 if tag == self._wanted:
@@ -176,12 +177,12 @@ class GossipDiLoCo(EdgeStrategy):
 
     def model_arrays(self) -> dict[str, np.ndarray]:
         """The consensus: the mean of every worker's newest published parameters."""
-        workers = self._worker_params()
-        return {name: np.mean(np.stack([x[name] for x in workers]), axis=0, dtype=np.float32) for name in workers[0]}
+        return average(self._worker_params())
 
     def round_metrics(self) -> dict:
         """``disagreement``: RMS over workers of ||x_i - mean|| relative to ||mean||."""
-        workers, mean = self._worker_params(), self.model_arrays()
+        workers = self._worker_params()
+        mean = average(workers)
         norm = np.sqrt(sum(float(np.sum(m.astype(np.float64) ** 2)) for m in mean.values()))
         spread = np.mean([sum(float(np.sum((x[k] - mean[k]).astype(np.float64) ** 2)) for k in mean) for x in workers])
         return {"disagreement": float(np.sqrt(spread) / norm) if norm > 0 else 0.0}
@@ -227,9 +228,10 @@ def split_state(state: dict[str, np.ndarray], momentum: dict[str, np.ndarray] | 
 
 
 def _worker_state(context: Context, workload: Workload) -> tuple[dict, dict]:
-    records = context.state.array_records
-    params = from_record(records[PARAMS]) if PARAMS in records else initial_parameters(workload)
-    momentum = from_record(records[MOMENTUM]) if MOMENTUM in records else {k: np.zeros_like(v) for k, v in params.items()}
+    kept_params, kept_momentum = (typed_record(context.state, name, ArrayRecord) for name in (PARAMS, MOMENTUM))
+    params = from_record(kept_params) if kept_params is not None else initial_parameters(workload)
+    momentum = (from_record(kept_momentum) if kept_momentum is not None
+                else {k: np.zeros_like(v) for k, v in params.items()})
     return params, momentum
 
 

@@ -33,14 +33,14 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from flwr.app import Message, RecordDict
+from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 
 from .inproc_grid import InProcessGrid
 from .links import Network, client_link_name, peer_link_name
-from .wire import PUBLISH, message_timing, nbytes, peer_sources
+from .wire import PUBLISH, message_timing, nbytes, peer_sources, typed_record
 
 
 @dataclass
@@ -219,7 +219,7 @@ class NetworkGrid(Grid):
         size = nbytes(reply)
         if plan.p2p:
             self.bytes.relay += size
-            if reply.has_content() and PUBLISH in reply.content.array_records:
+            if reply.has_content() and typed_record(reply.content, PUBLISH, ArrayRecord) is not None:
                 self.published_at[plan.node] = plan.done
             return plan.done
         t = self._transfer(client_link_name(plan.index), "up", size, plan.done)

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from flwr.app import Message
+from flwr.app import ArrayRecord, Message
 
 from .compression import from_record
+from .wire import typed_record
 
 log = logging.getLogger("edgekit.federated")
 
@@ -64,11 +65,12 @@ def check_update(reply: Message, record_name: str, reference: Mapping[str, np.nd
         return None, f"client error (code {reply.error.code}): {reply.error.reason}"
     if reply.metadata.group_id != str(server_round):
         return None, f"reply belongs to round {reply.metadata.group_id!r}, not {server_round} (stale)"
-    records = reply.content.array_records
-    if record_name not in records:
-        return None, f"no ArrayRecord named {record_name!r} (got {sorted(records)})"
+    record = typed_record(reply.content, record_name, ArrayRecord)
+    if record is None:
+        named = sorted(name for name, r in reply.content.items() if isinstance(r, ArrayRecord))
+        return None, f"no ArrayRecord named {record_name!r} (got {named})"
     try:
-        arrays = from_record(records[record_name])
+        arrays = from_record(record)
     except (ValueError, TypeError) as err:
         return None, f"undecodable update ({err})"
     missing, extra = sorted(set(reference) - set(arrays)), sorted(set(arrays) - set(reference))

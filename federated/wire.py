@@ -18,10 +18,15 @@ their transfer runs while the receiver computes.
 
 from __future__ import annotations
 
-from flwr.app import Array, ConfigRecord, Message, RecordDict
+from collections.abc import Iterable
+from typing import TypeVar
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.inflatable.inflatable_object import (
     InflatableObject,
+    _get_computed_object_ids,
     get_all_nested_objects,
+    get_object_id,
     no_object_id_recompute,
 )
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
@@ -29,6 +34,8 @@ from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_conte
 PEER_PREFIX = "peer."
 PUBLISH = "publish"
 TIMING = "timing"
+
+R = TypeVar("R", ArrayRecord, ConfigRecord, MetricRecord)
 
 
 _WIRE = "_edgekit_wire"  # an Array's cached (object id, its and its chunks' deflated bytes)
@@ -48,21 +55,47 @@ def _array_objects(array: Array) -> dict[str, bytes]:
     return objects
 
 
-def _collect(obj: InflatableObject, out: dict[str, bytes]) -> None:
+def _parts(obj: InflatableObject) -> Iterable[InflatableObject]:
+    """The objects ``obj`` refers to. Flower's ``children`` keys them by id, which deflates each
+    of them (and theirs) once more for every ancestor that asks."""
+    if isinstance(obj, Message):
+        return [obj.content] if obj.has_content() else []
+    if isinstance(obj, (RecordDict, ArrayRecord)):
+        return obj.values()
+    return (obj.children or {}).values()
+
+
+def _collect(obj: InflatableObject, out: dict[str, bytes], arrays: dict[str, dict[str, bytes]]) -> str:
+    """Put the bytes of ``obj`` and its descendants in ``out`` (and each Array's own objects in
+    ``arrays``), deepest first, each object deflated once; ``obj``'s id. Within
+    ``no_object_id_recompute`` a parent's deflate reads the ids registered here."""
     if isinstance(obj, Array):
-        out.update(_array_objects(obj))
-        return
-    for child in (obj.children or {}).values():
-        _collect(child, out)
-    out[obj.object_id] = obj.deflate()
+        objects = _array_objects(obj)
+        out.update(objects)
+        arrays[obj.object_id] = objects
+        return obj.object_id
+    for part in _parts(obj):
+        _collect(part, out, arrays)
+    content = obj.deflate()
+    object_id = get_object_id(content)
+    obj.__dict__["_object_id"] = object_id  # as Flower's object_id property caches it
+    _get_computed_object_ids().add(object_id)
+    out[object_id] = content
+    return object_id
+
+
+def _wire(obj: InflatableObject) -> tuple[str, dict[str, bytes], dict[str, dict[str, bytes]]]:
+    """(id of ``obj``, object id -> deflated bytes of it and everything nested, each Array's objects)."""
+    with no_object_id_recompute():
+        out: dict[str, bytes] = {}
+        arrays: dict[str, dict[str, bytes]] = {}
+        root = _collect(obj, out, arrays)
+        return root, out, arrays
 
 
 def wire_objects(obj: InflatableObject) -> dict[str, bytes]:
     """Object id -> deflated bytes of ``obj`` and everything nested in it, each unique object once."""
-    with no_object_id_recompute():  # each object's id (a hash of its bytes) computed once, not per ancestor
-        out: dict[str, bytes] = {}
-        _collect(obj, out)
-        return out
+    return _wire(obj)[1]
 
 
 def nbytes(obj: InflatableObject) -> int:
@@ -71,12 +104,18 @@ def nbytes(obj: InflatableObject) -> int:
 
 
 def wire_copy(message: Message) -> tuple[Message, int]:
-    """(the message as its receiver gets it, its size in bytes): serialized and inflated again."""
-    with no_object_id_recompute():
-        objects = wire_objects(message)
-        root = message.object_id
+    """(the message as its receiver gets it, its size in bytes): serialized and inflated again.
+    The copy's Arrays keep the wire bytes they were inflated from (the same bytes, so the
+    same ids): sizing or forwarding the copy does not hash its payloads again."""
+    root, objects, arrays = _wire(message)
     size = sum(len(content) for content in objects.values())
-    copy = inflate_object_from_contents(root, objects)
+    inflated: dict[str, InflatableObject] = {}
+    copy = inflate_object_from_contents(root, objects, objects=inflated)
+    for array_id, array_objects in arrays.items():
+        array = inflated[array_id]
+        array.__dict__["_object_id"] = array_id
+        array.is_dirty = False
+        array.__dict__[_WIRE] = (array_id, array_objects)
     copy.metadata.__dict__["_message_id"] = message.metadata.message_id  # ids travel beside the objects
     return copy, size
 
@@ -85,9 +124,18 @@ def peer_record_name(node_id: int) -> str:
     return f"{PEER_PREFIX}{node_id}"
 
 
+def typed_record(content: RecordDict, name: str, kind: type[R]) -> R | None:
+    """``content[name]`` when it is a ``kind`` record, else None: ``content.array_records.get(name)``
+    (or ``config_records``, ``metric_records``) without that view, which Flower rebuilds on every
+    access by storing each of the RecordDict's records into it and back."""
+    record = content.get(name)
+    return record if isinstance(record, kind) else None
+
+
 def peer_sources(content: RecordDict) -> dict[int, str]:
     """Node id -> record name of every relayed peer payload in ``content``."""
-    return {int(name[len(PEER_PREFIX):]): name for name in content.array_records if name.startswith(PEER_PREFIX)}
+    return {int(name[len(PEER_PREFIX):]): name for name, record in content.items()
+            if name.startswith(PEER_PREFIX) and isinstance(record, ArrayRecord)}
 
 
 def timing_record(compute_flops: float = 0.0, *, p2p: bool = False, overlap: bool = False) -> ConfigRecord:
@@ -96,7 +144,7 @@ def timing_record(compute_flops: float = 0.0, *, p2p: bool = False, overlap: boo
 
 def message_timing(content: RecordDict) -> tuple[float, bool, bool]:
     """(compute_flops, p2p, overlap) of a message; a message without a timing record is plain client work of 0 FLOPs."""
-    record = content.config_records.get(TIMING)
+    record = typed_record(content, TIMING, ConfigRecord)
     if record is None:
         return 0.0, False, False
     return float(record.get("compute_flops", 0.0)), bool(record.get("p2p", False)), bool(record.get("overlap", False))

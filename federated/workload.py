@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 from torch import nn
 
 from .compression import from_record, to_record
+from .wire import typed_record
 
 INNER_OPTIMIZER, INNER_STEPS = "inner_optimizer", "inner_steps"
 
@@ -123,11 +124,12 @@ def save_optimizer(state: RecordDict, optimizer: torch.optim.Optimizer, steps_do
                for key, value in entry.items() if isinstance(value, torch.Tensor)}
     state[INNER_OPTIMIZER] = to_record(tensors)
     state[INNER_STEPS] = ConfigRecord({"steps": steps_done})
+    _SAVED[optimizer] = (state[INNER_OPTIMIZER], state[INNER_STEPS])
 
 
 def restore_optimizer(state: RecordDict, optimizer: torch.optim.Optimizer) -> int:
     """Load the kept optimizer state into ``optimizer``; the worker's step count (0 the first time)."""
-    if INNER_STEPS not in state.config_records:
+    if typed_record(state, INNER_STEPS, ConfigRecord) is None:
         return 0
     entries: dict[int, dict] = {}
     for name, value in from_record(state[INNER_OPTIMIZER]).items():
@@ -135,3 +137,30 @@ def restore_optimizer(state: RecordDict, optimizer: torch.optim.Optimizer) -> in
         entries.setdefault(int(index), {})[key] = torch.tensor(value)
     optimizer.load_state_dict({"state": entries, "param_groups": optimizer.state_dict()["param_groups"]})
     return int(state[INNER_STEPS]["steps"])
+
+
+# model -> (its inner optimizer, that optimizer's own hyperparameters); optimizer -> the records it saved last
+_OPTIMIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_SAVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def optimizer_holding(workload: Workload, model: nn.Module, state: RecordDict) -> tuple[torch.optim.Optimizer, int]:
+    """(``workload``'s inner optimizer of ``model`` holding the state kept in ``state``, the worker's
+    step count). In process a worker's context lives on between messages, and when it still holds
+    the very records this process's optimizer saved last, that optimizer already holds their
+    values (the same float32 tensors): it is reused with its hyperparameters reset to its own,
+    as a new one would have them. Loading the state back into a new optimizer was most of a
+    small model's per-message cost. Otherwise (a first message, a resumed checkpoint, a context
+    that came over a wire) a new optimizer loads the kept state."""
+    kept = _OPTIMIZERS.get(model)
+    saved = (typed_record(state, INNER_OPTIMIZER, ArrayRecord), typed_record(state, INNER_STEPS, ConfigRecord))
+    written = _SAVED.get(kept[0]) if kept is not None else None
+    if written is not None and all(a is b for a, b in zip(written, saved)):
+        optimizer, hyperparameters = kept
+        for group, own in zip(optimizer.param_groups, hyperparameters):
+            group.update(own)
+        return optimizer, int(saved[1]["steps"])
+    optimizer = workload.optimizer(model)
+    _OPTIMIZERS[model] = (optimizer, [{k: v for k, v in group.items() if k != "params"}
+                                      for group in optimizer.param_groups])
+    return optimizer, restore_optimizer(state, optimizer)

@@ -2,8 +2,9 @@ import math
 
 import numpy as np
 import pytest
-from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from edgekit.federated.inproc_grid import InProcessGrid
 from edgekit.federated.links import LinkSpec, Network, uniform
@@ -98,6 +99,30 @@ def test_bytes_and_clock_from_real_payloads():
     assert grid.compute_seconds == {node: pytest.approx(0.5) for node in nodes}
     copy, size = wire_copy(messages[0])
     assert size == down[0] and np.array_equal(copy.content["arrays"]["0"].numpy(), np.ones(100, np.float32))
+
+
+def flower_objects(obj) -> dict[str, bytes]:
+    """Flower's own serialization of ``obj``: every nested object's id and deflated bytes."""
+    return {object_id: nested.deflate() for object_id, nested in get_all_nested_objects(obj).items()}
+
+
+def test_wire_objects_are_flowers_own():
+    grid = InProcessGrid(echo_app(), 1)  # sets the run and node ids that messages are created with
+    shared = ArrayRecord({"w": Array(np.arange(5000, dtype=np.float32))})
+    message = Message(RecordDict({"params": shared, "again": shared, "config": ConfigRecord({"round": 3, "x": [1, 2]}),
+                                  TIMING: timing_record(5.0), "other": ArrayRecord([np.ones(7, np.float32)])}),
+                      grid.get_node_ids()[0], "train", group_id="3")
+    reply = Message(RecordDict({"metrics": MetricRecord({"loss": 0.5})}), reply_to=message)
+    failed = Message(Error(3, "crashed"), reply_to=message)
+    for obj in (message, reply, failed, shared):
+        assert wire_objects(obj) == flower_objects(obj)
+    copy, size = wire_copy(message)
+    assert size == nbytes(message) and copy.object_id == message.object_id
+    # the copy's arrays keep the wire bytes they came from; these stay exact when the copy changes
+    assert wire_objects(copy) == flower_objects(message)
+    copy.content["other"]["0"].data = Array(np.zeros(7, np.float32)).data
+    copy.content["config"]["round"] = 4
+    assert wire_objects(copy) == flower_objects(copy) != flower_objects(message)
 
 
 def test_lost_and_late_replies_are_events_and_the_server_waits_for_the_deadline():
