@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -139,8 +140,22 @@ def run_job(job, *args, **kwargs):
         return job(*args, log=lambda msg: click.echo(msg, err=True), **kwargs)
 
 
+def _use_cache_dir(ctx, param, value):
+    """Make ``--cache-dir`` the cache root of the whole command, also of what models cache on
+    their own (the policy's Meta-World demonstrations), not only of checkpoints and builds."""
+    if value is not None:
+        from edgekit.models.cache import CACHE_ENV
+
+        previous = os.environ.get(CACHE_ENV)
+        os.environ[CACHE_ENV] = str(value)
+        ctx.call_on_close(lambda: os.environ.__setitem__(CACHE_ENV, previous) if previous is not None
+                          else os.environ.pop(CACHE_ENV, None))
+    return value
+
+
 def cache_dir_option(fn):
     return click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+                        callback=_use_cache_dir,
                         help="Model cache (default: $EDGEKIT_CACHE_DIR, else $XDG_CACHE_HOME/edgekit, "
                              "else ~/.cache/edgekit).")(fn)
 

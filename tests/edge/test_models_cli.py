@@ -1,6 +1,7 @@
 """edgekit models / train / eval, as a user runs them."""
 
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
@@ -76,3 +77,14 @@ def test_bad_checkpoints_and_cache_dirs(tmp_path):
     blocked.write_text("x")
     result = run("train", "digits", "--tiny", "--cache-dir", blocked / "cache")
     assert result.exit_code == 1 and "is not writable" in result.output
+
+
+def test_cache_dir_holds_the_policys_demonstrations_too(tmp_path, monkeypatch):
+    """``--cache-dir`` is the root of everything a command caches, Meta-World rollouts included,
+    for that command only."""
+    monkeypatch.delenv("EDGEKIT_CACHE_DIR", raising=False)
+    cache = tmp_path / "cache"
+    result = run("train", "meanflow_policy", "--tiny", "--cache-dir", cache, "-o", tmp_path / "train.json")
+    assert result.exit_code == 0, result.output
+    assert list((cache / "demos").rglob("*.pt")) and list((cache / "models" / "meanflow_policy").rglob("model.pt"))
+    assert "EDGEKIT_CACHE_DIR" not in os.environ
