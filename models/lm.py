@@ -16,7 +16,6 @@ import hashlib
 import math
 import os
 import sysconfig
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from edgekit.simulators.recent import RecentResults
 
 from .training import TrainSpec
 
@@ -308,8 +309,8 @@ def train_spec(config: LMConfig = LMConfig()) -> TrainSpec:
     return TrainSpec(config.steps, optimizer, loss, lr=lambda step: lr_at(step, config), grad_clip=config.grad_clip)
 
 
-RECENT_LOG_PROBS = 3  # the float model, the format being scored and one spare: evaluate and compare share passes
-_recent_log_probs: OrderedDict[str, torch.Tensor] = OrderedDict()
+# the float model, the format being scored and one spare: evaluate and compare share passes
+_recent_log_probs: RecentResults[torch.Tensor] = RecentResults(3)
 
 
 def _weights_key(model: nn.Module, config: LMConfig) -> str:
@@ -328,15 +329,13 @@ def _log_probs(model: nn.Module, config: LMConfig) -> tuple[torch.Tensor, torch.
     it with the float model then runs each model over the windows once.
     """
     windows = validation_windows(config)
-    key = _weights_key(model, config)
-    if key not in _recent_log_probs:
+
+    def run() -> torch.Tensor:
         model.eval()
-        _recent_log_probs[key] = torch.cat([F.log_softmax(model(chunk[:, :-1]).float(), dim=-1)
-                                            for chunk in windows.split(config.eval_batch)])
-        while len(_recent_log_probs) > RECENT_LOG_PROBS:
-            _recent_log_probs.popitem(last=False)
-    _recent_log_probs.move_to_end(key)
-    return _recent_log_probs[key], windows[:, 1:]
+        return torch.cat([F.log_softmax(model(chunk[:, :-1]).float(), dim=-1)
+                          for chunk in windows.split(config.eval_batch)])
+
+    return _recent_log_probs.get(_weights_key(model, config), run), windows[:, 1:]
 
 
 def unigram_log_probs(config: LMConfig) -> np.ndarray:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -41,12 +40,12 @@ from .incoherence import Incoherence
 from .liftquant_codebooks import Codebook, default_search, load_codebook
 from .liftquant_layout import chunks_per_row, decode, pack_codes, row_bytes, unpack_codes
 from .liftquant_search import DEFAULT_STARTS, check_search
+from .recent import RecentResults
 
 SCALE_ROUNDS = 1  # encode, then fit the scales to the codes
 # A model's evaluation and its builds for several targets encode the same weights in one
 # process; the encoding is deterministic, so they share it instead of searching again.
-RECENT_ENCODINGS = 256
-_recent: OrderedDict[tuple, LiftQuantTensor] = OrderedDict()
+_recent: RecentResults[LiftQuantTensor] = RecentResults(256)
 ML_DTYPES = {"e4m3": ml_dtypes.float8_e4m3fn}  # group-scale element types the encoder can round to
 
 
@@ -249,13 +248,7 @@ def quantize(w, format: str | LiftQuantFormat = "liftquant_24to10", *, input_sca
     m = check_input_scales(fmt, input_scales, w.shape[1])
     key = (fmt.name, w.shape, hashlib.sha256(w.tobytes()).hexdigest(), None if m is None else m.tobytes(),
            group_size, rotate, seed, search, starts)
-    if key in _recent:
-        _recent.move_to_end(key)
-        return _recent[key]
-    _recent[key] = encoded = _encode(fmt, w, m, group_size, rotate, seed, search, starts)
-    if len(_recent) > RECENT_ENCODINGS:
-        _recent.popitem(last=False)
-    return encoded
+    return _recent.get(key, lambda: _encode(fmt, w, m, group_size, rotate, seed, search, starts))
 
 
 def _encode(fmt: LiftQuantFormat, w: np.ndarray, m: np.ndarray | None, group_size: int | None, rotate: bool,

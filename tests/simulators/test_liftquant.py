@@ -155,3 +155,17 @@ def test_an_encoding_is_reused_only_for_the_same_weight_and_arguments():
     changed[5, 7] += 1.0
     again = quantize(changed, "liftquant_8to4")
     assert again is not first and not np.array_equal(again.dequantize(), first.dequantize())
+
+
+def test_recent_results_keep_the_last_few_by_key():
+    from edgekit.simulators.recent import RecentResults
+
+    calls = []
+    recent = RecentResults(2)
+
+    def compute(value):
+        calls.append(value)
+        return value * 10
+
+    assert [recent.get(k, lambda k=k: compute(k)) for k in (1, 2, 1, 3, 1, 2)] == [10, 20, 10, 30, 10, 20]
+    assert calls == [1, 2, 3, 2]  # 2 was the least recently used when 3 came in
