@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .rotation import hadamard
+from .rotation import walsh_hadamard
 
 
 @dataclass(frozen=True)
@@ -77,11 +77,11 @@ class Incoherence:
         if moved.shape[-1] != self.size:
             raise ValueError(f"the length along axis {axis} must be the rotation size {self.size}, got {moved.shape[-1]}")
         p, q = self.power, self.factor_size
-        h, f = hadamard(p), self.factor
+        f = self.factor
         if inverse:
-            grid = f.T @ moved.reshape(*moved.shape[:-1], q, p) @ h
+            grid = walsh_hadamard(f.T @ moved.reshape(*moved.shape[:-1], q, p))
             out = grid.reshape(moved.shape) * self.signs
         else:
             grid = (moved * self.signs).reshape(*moved.shape[:-1], q, p)
-            out = (f @ grid @ h).reshape(moved.shape)
+            out = walsh_hadamard(f @ grid).reshape(moved.shape)
         return np.moveaxis(out, -1, axis)

@@ -5,13 +5,25 @@ import pytest
 
 from edgekit.simulators import quantize_dequantize
 from edgekit.simulators.metrics import qsnr
-from edgekit.simulators.rotation import hadamard, rotate_blocks
+from edgekit.simulators.rotation import hadamard, rotate_blocks, walsh_hadamard
 
 
 def test_hadamard_is_orthonormal():
     h = hadamard(32)
     np.testing.assert_allclose(h @ h.T, np.eye(32), atol=1e-12)
     assert set(np.unique(np.abs(h))) == {1 / math.sqrt(32)}
+
+
+@pytest.mark.parametrize("n", [1, 2, 16, 1024])
+def test_fast_walsh_hadamard_equals_the_dense_product(n):
+    x = np.random.default_rng(n).standard_normal((3, 2, n))
+    np.testing.assert_allclose(walsh_hadamard(x), x @ hadamard(n), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(3, 12), (0,), ()])
+def test_fast_walsh_hadamard_needs_a_power_of_two_length(shape):
+    with pytest.raises(ValueError, match="power-of-two length"):
+        walsh_hadamard(np.ones(shape))
 
 
 def test_rotation_preserves_energy_and_spreads_an_outlier():
