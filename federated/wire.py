@@ -98,9 +98,33 @@ def wire_objects(obj: InflatableObject) -> dict[str, bytes]:
     return _wire(obj)[1]
 
 
+# Metadata ids that Flower's engines draw at random; a varint's width depends on its value
+_DRAWN_IDS = ("_run_id", "_src_task_id", "_dst_task_id")
+
+
+def _message_object_size(message: Message) -> int:
+    """The size of the message's own object (metadata, error, its content's id), with the run and
+    task ids counted at the width of the in-process engine's (1): on Flower's engines they are
+    drawn at random, and sizes, hence simulated times, must not depend on the draw."""
+    metadata = message.metadata.__dict__
+    drawn = {key: metadata[key] for key in _DRAWN_IDS}
+    metadata.update({key: 1 for key, value in drawn.items() if value})
+    try:
+        return len(message.deflate())
+    finally:
+        metadata.update(drawn)
+
+
 def nbytes(obj: InflatableObject) -> int:
-    """The serialized size of ``obj`` (a Message, RecordDict or record) as Flower ships it."""
-    return sum(len(content) for content in wire_objects(obj).values())
+    """The serialized size of ``obj`` (a Message, RecordDict or record) as Flower ships it
+    (a message's random run and task ids at a fixed width, see :func:`_message_object_size`)."""
+    if not isinstance(obj, Message):
+        return sum(len(content) for content in wire_objects(obj).values())
+    with no_object_id_recompute():
+        objects: dict[str, bytes] = {}
+        if obj.has_content():
+            _collect(obj.content, objects, {})
+        return sum(len(content) for content in objects.values()) + _message_object_size(obj)
 
 
 def wire_copy(message: Message) -> tuple[Message, int]:
