@@ -13,6 +13,7 @@ it started when it exits; :class:`Federation` names a SuperLink that runs elsewh
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,6 +31,8 @@ from typing import Self
 APP_NAME = "edgekit-fl"
 CONNECTION = "edgekit-local"
 START_TIMEOUT_S = 60.0
+# the line a streamed run's log ends with when its ServerApp failed (colour codes between the words)
+APP_EXIT = re.compile(r"ERROR\b.*Exit Code: (\d+)")
 
 
 def _toml_value(value) -> str:
@@ -122,6 +125,9 @@ class Federation:
             raise RuntimeError(f"flwr run did not finish within {timeout_s:.0f} s:\n{output[-4000:]}")
         if process.returncode != 0:
             raise RuntimeError(f"flwr run failed (exit code {process.returncode}):\n{output[-4000:]}")
+        failed = APP_EXIT.search(output)
+        if failed is not None:  # flwr run --stream exits 0 when the ServerApp fails
+            raise RuntimeError(f"the ServerApp failed (Flower exit code {failed.group(1)}):\n{output[-4000:]}")
         return output
 
 
@@ -189,7 +195,8 @@ class LocalFederation(Federation):
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
     def stop(self) -> None:
-        """SIGTERM each started process group, SIGKILL what is still there after 10 s."""
+        """SIGTERM each started process group, wait up to 10 s for its leader, then SIGKILL what is
+        left of the group (a ServerApp outlives the SIGTERM that ends its SuperLink)."""
         for _, process in self.processes:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -197,8 +204,12 @@ class LocalFederation(Federation):
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
+                pass
+            try:
                 os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+            except ProcessLookupError:  # the whole group is gone
+                pass
+            process.wait(timeout=10)
         self.processes = []
 
     def flwr_run(self, app_dir: str | Path, *, timeout_s: float, federation_config: dict | None = None,
