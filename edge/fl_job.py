@@ -35,6 +35,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from edgekit.federated.apps import (
     METHODS,
     RunSettings,
+    checkpoint_config,
     deadline,
     make_client_app,
     make_server_app,
@@ -221,19 +222,13 @@ def _deadline_for(settings: RunSettings) -> Callable[[GlobalModelStrategy], floa
     return lambda strategy: deadline(settings, strategy, strategy.flops_per_round)
 
 
-def _checkpointed(settings: RunSettings) -> dict:
-    """What a checkpoint of a FedRGL or RieSelect run records and a resume must match: every
-    setting (the data's too: graph, noise, tasks, clients, seed, ...) but where files go."""
-    return {k: v for k, v in settings.run_config().items() if k not in ("checkpoint", "output")}
-
-
 def run_fedrgl(settings: RunSettings, grid: NetworkGrid,
                on_round: Callable[[RoundRecord], None] | None = None) -> RunResult:
     """FedRGL (or a baseline) on ``grid``; its accuracy and filter numbers join the run's summary."""
     clients, classes = graph_clients(settings)
     result, _ = run_graph(graph_settings(settings), clients, classes, settings.rounds, grid=grid,
                           deadline=_deadline_for(settings), checkpoint=settings.checkpoint or None,
-                          config=_checkpointed(settings), on_round=on_round)
+                          config=checkpoint_config(settings), on_round=on_round)
     result.summary.update(graph_summary(result.records))
     return result
 
@@ -243,7 +238,7 @@ def run_rieselect(settings: RunSettings, grid: NetworkGrid,
     """RieSelect (or a baseline) on ``grid``; per-task loss, forgetting and uplink bytes join the summary."""
     result, _, summary = run_continual(continual_settings(settings), continual_workload_for(settings), grid=grid,
                                        deadline=_deadline_for(settings), on_round=on_round,
-                                       checkpoint=settings.checkpoint or None, config=_checkpointed(settings))
+                                       checkpoint=settings.checkpoint or None, config=checkpoint_config(settings))
     result.summary.update(summary)
     return result
 

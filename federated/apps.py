@@ -32,7 +32,8 @@ from flwr.supercore import log as flwr_log
 from . import diloco, gossip
 from .choices import GRAPH_METHODS, GRAPHS, METHOD_NAMES, NOISES, SELECTIONS, split_tasks
 from .compression import check_compression, packed_nbytes
-from .engine import EdgeStrategy, RunResult, run_rounds
+from .engine import EdgeStrategy, RunResult, resumable, run_rounds
+from .flower_grid import FlowerNodes, carry_state, register_partition_query
 from .links import LinkSpec, Network
 from .network_grid import NetworkGrid, in_process_network
 from .records import RoundRecord
@@ -189,6 +190,12 @@ def deadline(settings: RunSettings, strategy: EdgeStrategy, round_flops: float) 
     return DEADLINE_SLACK * (link.nominal_seconds(params) + compute + link.nominal_seconds(update))
 
 
+def checkpoint_config(settings: RunSettings) -> dict:
+    """What a run's checkpoint records and a resume must match: every setting (the data's too)
+    but where files go."""
+    return {k: v for k, v in settings.run_config().items() if k not in ("checkpoint", "output")}
+
+
 def execute(settings: RunSettings, workload: Workload, grid: NetworkGrid, *, checkpoint: str | None = None,
             on_round: Callable[[RoundRecord], None] | None = None) -> RunResult:
     """Run ``settings.method`` on ``grid`` with ``workload``, evaluating the model centrally."""
@@ -199,9 +206,7 @@ def execute(settings: RunSettings, workload: Workload, grid: NetworkGrid, *, che
     timeout = deadline(settings, strategy, settings.inner_steps * workload.flops_per_step)
     result = run_rounds(strategy, grid, settings.rounds, timeout=timeout,
                         evaluate=lambda _, arrays: evaluate_arrays(workload, arrays), eval_every=settings.eval_every,
-                        checkpoint=checkpoint, config={k: v for k, v in settings.run_config().items()
-                                                       if k not in ("checkpoint", "output")},
-                        on_round=on_round)
+                        checkpoint=checkpoint, config=checkpoint_config(settings), on_round=on_round)
     result.summary["deadline_s"] = timeout
     return result
 
@@ -214,7 +219,8 @@ def _settings(run_config: tuple) -> RunSettings:
 
 def make_client_app(workload_for: Callable[[RunSettings], Workload]) -> ClientApp:
     """The ClientApp of every method; a client's workload comes from the run config."""
-    app = ClientApp()
+    app = ClientApp(mods=[carry_state])  # a no-op unless a checkpointed run on Flower's engines asks
+    register_partition_query(app)
 
     def context_workload(context: Context) -> Workload:
         return workload_for(_settings(tuple(sorted(context.run_config.items()))))
@@ -277,7 +283,8 @@ def make_server_app(workload_for: Callable[[RunSettings], Workload],
                     node_wait_s: float = 300.0, reply_timeout_s: float = 3600.0,
                     runners: Mapping[str, Runner] | None = None) -> ServerApp:
     """The ServerApp of every method: waits for ``clients`` nodes, puts the simulated network
-    on Flower's grid, runs the method and hands the result to ``on_result``. A method of
+    on Flower's grid (through :class:`~.flower_grid.FlowerNodes`: stable node ids, and the
+    clients' states in the checkpoint), runs the method and hands the result to ``on_result``. A method of
     :data:`METHODS` runs through :func:`execute`; the others through their entry in
     ``runners`` (their ClientApp handlers registered by the caller)."""
     app = ServerApp()
@@ -285,8 +292,11 @@ def make_server_app(workload_for: Callable[[RunSettings], Workload],
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         settings = RunSettings.from_run_config(context.run_config)
+        # another run's checkpoint is refused now, not after waiting for the nodes
+        resumable(settings.checkpoint or None, checkpoint_config(settings))
         wait_for_nodes(grid, settings.clients, node_wait_s)
-        network_grid = NetworkGrid(grid, settings.network(), inner_timeout=reply_timeout_s)
+        nodes = FlowerNodes(grid, keep_state=bool(settings.checkpoint), timeout=reply_timeout_s)
+        network_grid = NetworkGrid(nodes, settings.network(), inner_timeout=reply_timeout_s)
 
         def progress(record: RoundRecord) -> None:
             flwr_log(logging.INFO, progress_line(record, settings.rounds))

@@ -217,6 +217,22 @@ def utilization(grid: Grid, p2p: bool) -> float | None:
     return sum(grid.compute_seconds.values()) / elapsed if elapsed > 0 else None
 
 
+def resumable(checkpoint: str | Path | None, config: dict | None) -> dict | None:
+    """The checkpoint saved at ``checkpoint`` (None when there is none yet); ValueError naming the
+    settings that differ when it belongs to a run of another ``config``."""
+    from .checkpoint import load_checkpoint  # see run_rounds
+
+    if checkpoint is None or not Path(checkpoint).exists():
+        return None
+    saved = load_checkpoint(checkpoint)
+    if saved["config"] != (config or {}):
+        changed = sorted(k for k in set(saved["config"]) | set(config or {})
+                         if saved["config"].get(k) != (config or {}).get(k))
+        raise ValueError(f"checkpoint {checkpoint} belongs to a run with a different configuration "
+                         f"(differs in {', '.join(changed)}); delete it or use another checkpoint path")
+    return saved
+
+
 def run_rounds(strategy: EdgeStrategy, grid: Grid, num_rounds: int, *, timeout: float | None = None,
                evaluate: Callable[[int, dict], dict] | None = None, eval_every: int = 1,
                checkpoint: str | Path | None = None, config: dict | None = None,
@@ -232,17 +248,12 @@ def run_rounds(strategy: EdgeStrategy, grid: Grid, num_rounds: int, *, timeout: 
         raise ValueError(f"num_rounds must be at least 1, got {num_rounds}")
     # Imported here, not at the top: it brings edgekit.simulators (Numba, ml_dtypes), seconds of
     # imports that every ClientApp process of Flower's engines would otherwise pay for nothing.
-    from .checkpoint import load_checkpoint, save_checkpoint
+    from .checkpoint import save_checkpoint
 
     records: list[RoundRecord] = []
     first = 1
-    if checkpoint is not None and Path(checkpoint).exists():
-        saved = load_checkpoint(checkpoint)
-        if saved["config"] != (config or {}):
-            changed = sorted(k for k in set(saved["config"]) | set(config or {})
-                             if saved["config"].get(k) != (config or {}).get(k))
-            raise ValueError(f"checkpoint {checkpoint} belongs to a run with a different configuration "
-                             f"(differs in {', '.join(changed)}); delete it or use another checkpoint path")
+    saved = resumable(checkpoint, config)
+    if saved is not None:
         strategy.load_state(saved["strategy"])
         if saved["grid"] is not None:
             grid.load_state(saved["grid"])

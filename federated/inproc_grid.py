@@ -100,6 +100,9 @@ class InProcessGrid(Grid):
                              for node, ctx in self.contexts.items()}}
 
     def load_state(self, state: dict) -> None:
+        if "contexts" not in state:
+            raise ValueError("this checkpoint was written by one of Flower's engines; resume it there "
+                             "(a run resumes exactly on the engine it ran on)")
         self._sent = state["sent"]
         for node, saved in state["contexts"].items():
             self.contexts[node].state = inflate_object_from_contents(saved["root"], dict(saved["objects"]))
