@@ -15,15 +15,16 @@ of its layers (here: parameter tensors), its update ``local - global``. Selectio
   ``F_t`` the Fisher diagonal of task ``t`` at the solution ``theta*_t`` the federation had
   when that task ended. ``F_t`` is the Fisher of the per-prediction loss (the loss the
   workload averages, nats per prediction for the LM), so the penalty is the second-order
-  increase of that loss, in the same units as the utility and the basin.
+  increase of that loss, in the same units as the utility and the step's bound.
 
 The server averages each layer's updates over the clients that sent it (a layer nobody
 sent stays). For ``rieselect`` it then caps the step: the update ``d`` is applied as
 ``theta + eta d`` with the largest ``eta <= 1`` (closed form: a quadratic in ``eta``) that
-keeps ``sum_t 1/2 sum F_t (theta + eta d - theta*_t)^2`` inside the safe basin ``basin``
-(or, if the model is already outside it, does not push it further out). Each client
+keeps ``P = sum_t 1/2 sum F_t (theta + eta d - theta*_t)^2`` inside the safe basin of this
+round, ``P <= P(theta) + growth``. The basin moves with the model: a fixed one (``P <= basin``)
+let no step grow ``P`` once the model had left it, and the newest task stopped learning. Each client
 computes its Fisher diagonal of a finished task in the first round of the next one, at the
-global model it receives, and keeps it for its own risk scores. For the server's basin it
+global model it receives, and keeps it for its own risk scores. For the server's cap it
 uploads only its shard of that Fisher (the layers :func:`fisher_shards` gives it: one
 client per layer), as the square root (the RMS gradient, half the dynamic range) in
 MXINT8; those bytes come out of that round's byte budget, so every selective method sends
@@ -56,7 +57,7 @@ log = logging.getLogger("edgekit.federated")
 
 TRAIN_ACTION = "rieselect"
 FISHER, ANCHORS = "rieselect_fisher", "rieselect_anchor"
-FISHER_COMPRESSION = "mxint8"  # the server's basin needs the Fisher's shape, not float32 precision
+FISHER_COMPRESSION = "mxint8"  # the server's cap needs the Fisher's shape, not float32 precision
 
 
 @dataclass(frozen=True)
@@ -86,13 +87,15 @@ class ContinualSettings:
     local_steps: int = 10
     budget_fraction: float = 0.25  # per client and round, of the full update's bytes
     risk_weight: float = 1.0
-    basin: float = 0.2  # nats: the second-order loss increase on earlier tasks the server step may reach
+    growth: float = 0.02  # nats: the second-order loss increase on earlier tasks one server step may add
     fisher_batches: int = 4
     seed: int = 0
 
     def __post_init__(self):
         if self.selection not in SELECTIONS:
             raise ValueError(f"unknown selection {self.selection!r}; allowed: {', '.join(SELECTIONS)}")
+        if not self.growth > 0:  # at 0 a model far from earlier solutions could stop learning
+            raise ValueError(f"growth must be positive, got {self.growth}")
         if not 0.0 < self.budget_fraction <= 1.0:
             raise ValueError(f"budget_fraction must be in (0, 1], got {self.budget_fraction}")
         for name in ("clients", "rounds_per_task", "local_steps", "fisher_batches"):
@@ -148,25 +151,23 @@ def penalty_increase(start: dict, delta: dict, anchors: Sequence[tuple[dict, dic
     return total
 
 
-def safe_step(params: dict, direction: dict, anchors: Sequence[tuple[dict, dict]], basin: float) -> float:
-    """The largest ``eta`` in [0, 1] with ``sum_t 1/2 sum F_t (params + eta d - theta*_t)^2 <= max(basin, now)``:
-    the root of ``a eta^2 + b eta + c = limit``. The sum runs over every layer with a Fisher:
-    the layers ``direction`` leaves alone add their penalty to ``c``; one with no Fisher is not capped."""
-    a = b = c = 0.0
+def safe_step(params: dict, direction: dict, anchors: Sequence[tuple[dict, dict]], growth: float) -> float:
+    """The largest ``eta`` in [0, 1] whose step raises ``P(theta) = sum_t 1/2 sum F_t (theta - theta*_t)^2``
+    by at most ``growth``: ``P(params + eta d) - P(params) = a eta^2 + b eta <= growth``, a quadratic's root.
+    A bound on each round's increase rather than on ``P`` itself, so a model already far from earlier
+    tasks' solutions still takes a positive step (with ``growth > 0``). The sum runs over every layer
+    with a Fisher; one with none is not capped."""
+    a = b = 0.0
     for fisher, anchor in anchors:
-        for name, f in fisher.items():
-            offset = (params[name] - anchor[name]).astype(np.float64)
-            f = f.astype(np.float64)
-            c += 0.5 * float(np.sum(f * offset * offset))
-            if name in direction:
-                d = direction[name].astype(np.float64)
-                a += 0.5 * float(np.sum(f * d * d))
-                b += float(np.sum(f * d * offset))
-    limit = max(basin, c)
-    if a <= 0 or a + b + c <= limit:
+        for name, d in direction.items():
+            if name not in fisher:
+                continue
+            f, d = fisher[name].astype(np.float64), d.astype(np.float64)
+            a += 0.5 * float(np.sum(f * d * d))
+            b += float(np.sum(f * d * (params[name] - anchor[name]).astype(np.float64)))
+    if a <= 0 or a + b <= growth:
         return 1.0
-    root = (-b + math.sqrt(max(b * b - 4 * a * (c - limit), 0.0))) / (2 * a)
-    return float(min(max(root, 0.0), 1.0))
+    return 2 * growth / (b + math.sqrt(b * b + 4 * a * growth))  # the root in (0, 1), free of cancellation
 
 
 def fisher_diagonal(workload: ContinualWorkload, model: nn.Module, task: int, partition: int,
@@ -176,7 +177,7 @@ def fisher_diagonal(workload: ContinualWorkload, model: nn.Module, task: int, pa
     Samples are the independent observations: with ``m_s`` a sample's mean loss over its
     ``n`` predictions, the Hessian of the mean loss is about ``n * mean_s (grad m_s)^2``.
     (The square of a batch's mean gradient would be that divided by the batch's
-    predictions, about a thousand for the LM: a risk and a basin a thousand times too lax.)"""
+    predictions, about a thousand for the LM: a risk and a cap a thousand times too lax.)"""
     params = dict(model.named_parameters())
     out = {name: np.zeros(p.shape, np.float64) for name, p in params.items()}
     model.eval()
@@ -207,16 +208,20 @@ UTILITY_BATCHES = 2
 
 def layer_utilities(workload: ContinualWorkload, model: nn.Module, start: dict, delta: dict, task: int,
                     partition: int, server_round: int) -> dict[str, float]:
-    """Each layer's plasticity utility: the first-order decrease of the current task's loss that
-    its update brings to the round-start model, ``-g . delta``, with ``g`` the gradient on
-    ``UTILITY_BATCHES`` batches of local data that training does not draw. First order is
-    additive over layers, as the knapsack's sum assumes; the measured loss change of each
-    layer's update applied alone is not (most layers' updates alone raised the loss: they
-    help together), and selecting by it learned every task more slowly."""
+    """Each layer's plasticity utility: the decrease of the current task's loss along its update,
+    ``-g . delta`` with ``g`` the gradient at the midpoint ``start + delta / 2`` of the whole update,
+    on ``UTILITY_BATCHES`` batches of local data that training does not draw. Summed over all
+    layers this is the loss change of the whole update, exactly for a quadratic loss (midpoint
+    rule), and it is additive over layers, as the knapsack's sum assumes. The gradient at
+    ``start`` (first order) ignored curvature: it ranked the head and attention outputs first
+    every round, whose updates overshoot, and on seed 0 learned the first task more slowly than
+    random layers (3.10 against 2.99 nats/byte; midpoint 2.99). The measured loss change of each
+    layer's update applied alone is not additive (most layers' updates alone raised the loss:
+    they help together), and selecting by it learned every task more slowly."""
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, p in params.items():
-            p.copy_(torch.tensor(start[name]))  # a copy: start may be a read-only view of message bytes
+            p.copy_(torch.tensor(start[name] + 0.5 * delta[name]))
     model.eval()
     model.zero_grad(set_to_none=True)
     keys = [-1000 * (server_round + 1) - b for b in range(UTILITY_BATCHES)]
@@ -305,7 +310,7 @@ def register_client(app: ClientApp, workload_for: Callable[[Context], ContinualW
 # -- the server ----------------------------------------------------------------------------------
 
 class ContinualFL(GlobalModelStrategy):
-    """Per-layer averaging of partial updates; for ``rieselect``, the Fisher-basin cap on the step."""
+    """Per-layer averaging of partial updates; for ``rieselect``, the Fisher cap on the step."""
 
     update_record = "update"
     partial_updates = True
@@ -341,7 +346,7 @@ class ContinualFL(GlobalModelStrategy):
                 direction[name] = np.mean(sent, axis=0).astype(np.float32)
         eta = 1.0
         if self.settings.selection == "rieselect" and self.fishers and direction:
-            eta = safe_step(self.params, direction, list(zip(self.fishers, self.anchors)), self.settings.basin)
+            eta = safe_step(self.params, direction, list(zip(self.fishers, self.anchors)), self.settings.growth)
         for name, d in direction.items():
             self.params[name] = (self.params[name] + np.float32(eta) * d).astype(np.float32)
         self.last_metrics = {"step": eta, "layers_updated": len(direction),

@@ -47,7 +47,7 @@ def test_knapsack_is_optimal():
     assert greedy_fill([2, 0, 1], [5, 3, 4], 9) == [0, 2]  # 4 fits, 5 does not, 3 does
 
 
-def test_safe_step_stays_in_the_basin():
+def test_safe_step_bounds_the_penalty_growth_of_one_step():
     rng = np.random.default_rng(1)
     params, anchor = {"w": rng.normal(size=50)}, {"w": rng.normal(size=50) * 0.01}
     fisher, direction = {"w": rng.random(50)}, {"w": rng.normal(size=50)}
@@ -57,20 +57,20 @@ def test_safe_step_stays_in_the_basin():
         return 0.5 * float(np.sum(fisher["w"] * (params["w"] + eta * direction["w"] - anchor["w"]) ** 2))
 
     now = penalty(0.0)
-    eta = safe_step(params, direction, anchors, basin=now + 1.0)
-    assert 0 < eta < 1 and penalty(eta) == pytest.approx(now + 1.0)  # capped exactly at the basin's edge
-    assert safe_step(params, direction, anchors, basin=1e9) == 1.0  # far inside: the whole step
-    eta = safe_step(params, direction, anchors, basin=0.0)  # already outside: never pushed further out
-    assert penalty(eta) <= now + 1e-9
+    eta = safe_step(params, direction, anchors, growth=1.0)
+    assert 0 < eta < 1 and penalty(eta) == pytest.approx(now + 1.0)  # capped exactly at this round's bound
+    assert safe_step(params, direction, anchors, growth=1e9) == 1.0  # a loose bound: the whole step
 
 
-def test_safe_step_counts_the_layers_it_leaves_alone():
-    # "v" is far from its anchor (the model is outside the basin); the step moves only "w", away from its anchor
+def test_safe_step_keeps_learning_far_from_earlier_solutions():
+    # "v" is far from its anchor (a fixed basin P <= 1 would be left already); the step moves only "w", outward
     fisher = {"w": np.ones(4), "v": np.ones(4)}
     anchor = {"w": np.zeros(4), "v": np.zeros(4)}
     params = {"w": np.full(4, 0.1), "v": np.full(4, 3.0)}
-    eta = safe_step(params, {"w": np.ones(4)}, [(fisher, anchor)], basin=1.0)
-    assert eta == 0.0  # any step along +w raises a penalty already past the basin
+    eta = safe_step(params, {"w": np.ones(4)}, [(fisher, anchor)], growth=0.48)
+    # "v" adds nothing to the growth; "w" grows by 2 (0.1 + eta)^2 - 0.02 = 0.48 at eta = 0.4
+    assert eta == pytest.approx(0.4)
+    assert safe_step(params, {"w": np.full(4, -0.1)}, [(fisher, anchor)], growth=0.48) == 1.0  # inward: uncapped
 
 
 def test_fisher_is_the_hessian_of_the_per_prediction_loss():
@@ -94,7 +94,7 @@ def test_fisher_is_the_hessian_of_the_per_prediction_loss():
         np.testing.assert_allclose(fisher[name], h, rtol=0.2)
 
 
-def test_utility_is_the_first_order_loss_decrease_on_held_out_batches():
+def test_utility_is_the_loss_decrease_on_held_out_batches():
     from .toy import toy_continual
 
     workload = toy_continual(1)
@@ -112,11 +112,42 @@ def test_utility_is_the_first_order_loss_decrease_on_held_out_batches():
             return float(np.mean([float(workload.sample_losses(model, 0, 0, k).mean()) for k in keys]))
 
     base = loss(start)
-    for name in ("0.weight", "4.weight"):  # a small step: the first-order value is the measured decrease
+    for name in ("0.weight", "4.weight"):  # a small step: each layer's value is its measured decrease
         measured = base - loss({**start, name: start[name] + delta[name]})
         assert utility[name] == pytest.approx(measured, rel=0.05, abs=1e-7)
     joint = base - loss({n: start[n] + delta[n] for n in start})
     assert sum(utility.values()) == pytest.approx(joint, rel=0.05)  # additive over layers
+
+
+def test_utility_sums_to_the_exact_decrease_of_a_quadratic_loss():
+    """Least squares is quadratic in the weights: the midpoint gradient gives the whole update's
+    loss change exactly, however large the step, where the gradient at the start does not."""
+    x = torch.randn(4, 32, 3, generator=torch.Generator().manual_seed(0))  # batches, samples, features
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3
+
+    def sample_losses(m, task, partition, step):
+        return (m(x[step % 4])[:, 0] - y[step % 4]) ** 2
+
+    model = nn.Linear(3, 1)
+    workload = ContinualWorkload(lambda: model, sample_losses, lambda m, t: 0.0, 1)
+    start = parameters_of(model)
+    delta = {"weight": np.array([[1.5, -2.5, 1.0]], np.float32), "bias": np.array([0.8], np.float32)}
+    utility = layer_utilities(workload, model, start, delta, 0, 0, 1)
+
+    def loss(arrays):
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(torch.from_numpy(arrays[name]))
+            return float(np.mean([float(sample_losses(model, 0, 0, k).mean()) for k in (-2000, -2001)]))
+
+    exact = loss(start) - loss({n: start[n] + delta[n] for n in start})
+    assert sum(utility.values()) == pytest.approx(exact, rel=1e-4)
+    model.zero_grad()
+    loss(start)  # puts start back into the model
+    with torch.enable_grad():
+        torch.stack([sample_losses(model, 0, 0, k).mean() for k in (-2000, -2001)]).mean().backward()
+    first_order = -sum(float(np.sum(p.grad.numpy() * delta[n])) for n, p in model.named_parameters())
+    assert abs(first_order - exact) > 0.1 * abs(exact)  # the step is large enough for curvature to matter
 
 
 def test_fisher_shards_split_the_layers():
@@ -176,7 +207,7 @@ def test_selective_uplink_on_the_engine():
     workload = toy_continual(3)
     runs = {}
     for name, kwargs in [("full", {}), ("random", {}), ("topk", {}), ("rieselect", {}),
-                         ("capped", {"selection": "rieselect", "risk_weight": 0.0, "basin": 1e-3})]:
+                         ("capped", {"selection": "rieselect", "risk_weight": 0.0, "growth": 1e-3})]:
         settings = ContinualSettings(**{"selection": name, **kwargs}, clients=3, rounds_per_task=3, local_steps=8,
                                      budget_fraction=0.5)
         result, _, summary = run_continual(settings, workload)
@@ -191,7 +222,7 @@ def test_selective_uplink_on_the_engine():
     for result, summary in runs.values():
         first = result.records[0].metrics["eval"]["task_losses"]
         assert summary["loss_when_learned"][0] < first[0]  # the first task was learned in its rounds
-    # the Fisher basin: no cap while there is no earlier task, then steps shrink, and less is forgotten
+    # the Fisher cap: no cap while there is no earlier task, then steps shrink, and less is forgotten
     steps = [r.metrics["step"] for r in runs["capped"][0].records[1:]]
     assert steps[:3] == [1.0, 1.0, 1.0] and min(steps) < 0.5
     assert runs["capped"][1]["forgetting"] < 0.5 * full["forgetting"]
