@@ -20,6 +20,9 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 import torch
@@ -28,6 +31,7 @@ from edgekit.simulators.files import atomic_write
 
 ENVELOPE = "edgekit-checkpoint/1"
 CACHE_ENV = "EDGEKIT_CACHE_DIR"
+_ROOT: ContextVar[Path | None] = ContextVar("edgekit_cache_root", default=None)
 ENVELOPE_KEYS = ("format", "model", "config", "code", "kind", "sha256", "payload")
 
 
@@ -36,13 +40,29 @@ class CheckpointError(ValueError):
 
 
 def cache_root(path: str | os.PathLike | None = None) -> Path:
-    """``path``, else ``$EDGEKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/edgekit``, else ``~/.cache/edgekit``."""
+    """``path``, else the root of an enclosing :func:`using_cache_root`, else ``$EDGEKIT_CACHE_DIR``,
+    else ``$XDG_CACHE_HOME/edgekit``, else ``~/.cache/edgekit``."""
     if path:
         return Path(path).expanduser()
+    if _ROOT.get() is not None:
+        return _ROOT.get()
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV]).expanduser()
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser() / "edgekit"
+
+
+@contextmanager
+def using_cache_root(path: str | os.PathLike | None) -> Iterator[None]:
+    """Within the block (in this thread), ``path`` is the cache root of everything that asks
+    :func:`cache_root` without a path of its own: also of what models cache on their own, such as
+    the policy's Meta-World demonstrations. None changes nothing."""
+    token = _ROOT.set(Path(path).expanduser()) if path else None
+    try:
+        yield
+    finally:
+        if token is not None:
+            _ROOT.reset(token)
 
 
 def ensure_writable(directory: Path) -> Path:

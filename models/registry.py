@@ -147,8 +147,9 @@ def train(name: str | ModelEntry, config=None, *, cache_dir: str | Path | None |
     """Train a registered model, or load it from the cache.
 
     ``cache_dir``: None for the default cache (:func:`cache.cache_root`), a path for
-    another, False to train without reading or writing any cache. ``retrain`` discards a
-    finished cached model first.
+    another (also for the data the model caches on its own, such as demonstrations), False
+    to train without reading or writing any cache. ``retrain`` discards a finished cached
+    model first.
     """
     entry = get_model(name)
     config = config if config is not None else entry.config()
@@ -157,8 +158,9 @@ def train(name: str | ModelEntry, config=None, *, cache_dir: str | Path | None |
         directory = entry_directory(entry, config, cache_dir)
         if retrain:
             (directory / training.MODEL_FILE).unlink(missing_ok=True)
-    return training.fit(entry.name, config, entry.build, entry.train_spec, entry.code, directory=directory,
-                        progress=progress, checkpoint_seconds=checkpoint_seconds, on_step=on_step, log=log)
+    with cache.using_cache_root(cache_dir or None):
+        return training.fit(entry.name, config, entry.build, entry.train_spec, entry.code, directory=directory,
+                            progress=progress, checkpoint_seconds=checkpoint_seconds, on_step=on_step, log=log)
 
 
 def entry_directory(entry: ModelEntry, config, cache_dir: str | Path | None = None) -> Path:

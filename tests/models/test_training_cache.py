@@ -137,6 +137,21 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
     assert cache.cache_root(tmp_path / "b") == tmp_path / "b"
 
 
+def test_a_cache_dir_given_to_train_is_the_root_of_what_the_model_caches_itself(monkeypatch, tmp_path):
+    """A model's own data (the policy's demonstrations) asks cache.cache_root() without a path."""
+    monkeypatch.setenv("EDGEKIT_CACHE_DIR", str(tmp_path / "env"))
+    with cache.using_cache_root(tmp_path / "block"):
+        assert cache.cache_root() == tmp_path / "block"
+        assert cache.cache_root(tmp_path / "b") == tmp_path / "b"
+    assert cache.cache_root() == tmp_path / "env"
+    seen = []
+    real_fit = registry.training.fit
+    monkeypatch.setattr(registry.training, "fit", lambda *a, **k: seen.append(cache.cache_root()) or real_fit(*a, **k))
+    train("digits", CONFIG, cache_dir=tmp_path / "given")
+    train("digits", CONFIG, cache_dir=False)
+    assert seen == [tmp_path / "given", tmp_path / "env"]
+
+
 def test_config_overrides_are_parsed_and_checked():
     config = make_config("digits", {"steps": "12", "lr": "0.01", "hidden": 16})
     assert (config.steps, config.lr, config.hidden) == (12, 0.01, 16)
