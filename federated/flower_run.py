@@ -73,6 +73,34 @@ def _binary(name: str) -> str:
     return path
 
 
+def _process_groups(roots: list[int]) -> set[int]:
+    """The process groups of ``roots`` and of all their descendants, read from /proc (Linux; elsewhere
+    the roots' own): the SuperLink starts its SuperExec, and so the ServerApp or the whole
+    simulation, in a session of its own, which ending the SuperLink's group leaves running."""
+    parent, group = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+        except OSError:  # the process ended meanwhile
+            continue
+        parent[int(stat.parent.name)], group[int(stat.parent.name)] = int(fields[1]), int(fields[2])
+    found, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo += [child for child, of in parent.items() if of == pid]
+    return set(roots) | {group[pid] for pid in found if pid in group}
+
+
+def _signal_groups(groups: set[int], sig: int) -> None:
+    for pgid in groups:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:  # the whole group is gone
+            pass
+
+
 class Federation:
     """A SuperLink at ``address`` (``host:port``) to submit runs to, named in a private ``FLWR_HOME``.
     Use as a context manager; :meth:`flwr_run` submits an app."""
@@ -194,21 +222,22 @@ class LocalFederation(Federation):
         path = self.workdir / f"{name}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
-    def stop(self) -> None:
-        """SIGTERM each started process group, wait up to 10 s for its leader, then SIGKILL what is
-        left of the group (a ServerApp outlives the SIGTERM that ends its SuperLink)."""
+    def stop(self, grace_s: float = 10.0) -> None:
+        """SIGTERM the process groups of every started process and of their descendants, wait up
+        to ``grace_s`` for the started ones, then SIGKILL whatever is left in those groups (a
+        ServerApp outlives the SIGTERM that ends its SuperLink). ``grace_s=0``: SIGKILL at once,
+        as a crash would end the federation."""
+        groups = _process_groups([process.pid for _, process in self.processes if process.poll() is None])
+        if grace_s > 0:
+            _signal_groups(groups, signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            for _, process in self.processes:
+                try:
+                    process.wait(timeout=max(deadline - time.monotonic(), 0.01))
+                except subprocess.TimeoutExpired:
+                    pass
+        _signal_groups(groups, signal.SIGKILL)
         for _, process in self.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for _, process in self.processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:  # the whole group is gone
-                pass
             process.wait(timeout=10)
         self.processes = []
 
