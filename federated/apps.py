@@ -292,8 +292,9 @@ def make_server_app(workload_for: Callable[[RunSettings], Workload],
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         settings = RunSettings.from_run_config(context.run_config)
-        # another run's checkpoint is refused now, not after waiting for the nodes
-        resumable(settings.checkpoint or None, checkpoint_config(settings))
+        if settings.method not in (runners or {}):  # runners check their own (it records more)
+            # another run's checkpoint is refused now, not after waiting for the nodes
+            resumable(settings.checkpoint or None, checkpoint_config(settings))
         wait_for_nodes(grid, settings.clients, node_wait_s)
         nodes = FlowerNodes(grid, keep_state=bool(settings.checkpoint), timeout=reply_timeout_s)
         network_grid = NetworkGrid(nodes, settings.network(), inner_timeout=reply_timeout_s)
