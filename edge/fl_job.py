@@ -425,8 +425,8 @@ def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint
     if superlink is not None and engine != "deployment":
         raise ValueError(f"a SuperLink address applies to the deployment engine, not to {engine!r}")
     if checkpoint and engine != "inproc" and settings.method in RUNNERS:
-        # their clients' state (RieSelect's Fisher anchors) lives in Flower's node contexts there, which
-        # no checkpoint holds, so a resumed run would not be the uninterrupted one
+        # no test has resumed them on Flower's engines yet (only diloco and gossip), so a resumed run
+        # there is not known to end as the uninterrupted one
         raise ValueError(f"checkpoints of {settings.method} are supported on the inproc engine only, not on {engine}")
     output = Path(output).resolve()
     if engine == "inproc":

@@ -6,8 +6,8 @@ for rounds of several exchanges (gossip). :func:`run_rounds` drives it: per roun
 a :class:`~.records.RoundRecord` (which updates were used, missing or rejected, and how
 each was handled; the network's lost and late transfers; simulated time, compute and
 bytes), evaluates the model, and rewrites the checkpoint, from which a killed run resumes
-and ends exactly as an uninterrupted one (given a deterministic grid such as the
-in-process one).
+and ends exactly as an uninterrupted one (given a deterministic grid: the in-process one,
+or Flower's engines behind :class:`~.flower_grid.FlowerNodes`).
 
 The grid may be a :class:`~.network_grid.NetworkGrid` (simulated time and bytes) or any
 plain Flower grid (then time is wall time and bytes are not counted).

@@ -171,7 +171,7 @@ def resumes_exactly(tmp_path: Path, simulation: bool) -> None:
     assert any(r["network"] for r in a["records"])  # a transfer was lost: the network's draws resumed
 
 
-# Four submissions and two federations each: about 3 minutes apiece on a busy 2-core machine
+# Four submissions and two federations each: 3 to 5 minutes apiece on a busy 2-core machine
 # (a ClientApp process or Ray worker start per exchange), so kept out of the default run; the
 # grid test above checks the same property in seconds.
 @pytest.mark.slow
