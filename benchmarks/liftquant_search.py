@@ -8,8 +8,8 @@ For every shipped codebook, on the same seeded N(0, 1) chunks:
     (slices and exact where D <= 24; exact on fewer samples above D = 20, where it
     enumerates up to 2^24 codes);
   * encoding speed of each search in weights per second (one timed run after a warm-up).
-Then one ``--layer x --layer`` Gaussian weight at 24to10, for each of the slices and
-fast+local searches: the time of the search over all its chunks, and of the whole
+Then one ``--layer x --layer`` Gaussian weight at 24to10, for each of the slices (its
+default) and fast+local searches: the time of the search over all its chunks, and of the whole
 per-layer pipeline (rotation, scales, the search, least-squares scales, packing). With
 ``--layer-rows R`` below ``--layer``, fast+local is timed on the first R rows only and its
 whole-layer seconds are that time scaled by layer / R (said in the output). Threads:
@@ -52,7 +52,8 @@ def measure(name: str, samples: int, seed: int) -> dict:
     codebook = load_codebook(name)
     fmt = codebook.format
     x = np.random.default_rng(seed).standard_normal((samples, fmt.chunk)).astype(np.float32)
-    row = {"format": name, "D": fmt.lifted, "d": fmt.chunk, "bits": fmt.code_bits_per_weight}
+    row = {"format": name, "D": fmt.lifted, "d": fmt.chunk, "bits": fmt.code_bits_per_weight,
+           "default_search": codebook.default_search}
     searches = ["fast", "fast+local"] + (["slices", "exact"] if fmt.lifted <= EXACT_MAX_LIFTED else [])
     for search in searches:
         n = samples if search != "exact" or fmt.lifted <= 20 else max(256, samples // 32)
@@ -79,7 +80,8 @@ def time_layer(w: np.ndarray, search: str, rows: int) -> dict:
     _, search_seconds, search_cpu = cpu_timed(lambda: codebook.encode(chunks, search))
     q, pipeline_seconds, pipeline_cpu = cpu_timed(lambda: quantize(part, "liftquant_24to10", search=search))
     scale = w.shape[0] / rows
-    return {"search": search, "rows_timed": rows, "search_seconds": search_seconds * scale,
+    return {"search": search, "default": search == codebook.default_search, "rows_timed": rows,
+            "search_seconds": search_seconds * scale,
             "search_cpu_seconds": search_cpu * scale, "search_weights_per_s": part.size / search_seconds,
             "pipeline_seconds": pipeline_seconds * scale, "pipeline_cpu_seconds": pipeline_cpu * scale,
             "pipeline_weights_per_s": part.size / pipeline_seconds, "extrapolated": rows < w.shape[0],

@@ -236,8 +236,10 @@ def quantize(w, format: str | LiftQuantFormat = "liftquant_24to10", *, input_sca
 
     input_scales: the activation multipliers ``m`` (K,), or None. group_size: weights per
     E4M3 group scale along a row (a multiple of d), or None for row scales only.
-    rotate/seed: the incoherence rotation. search: ``exact``, ``fast`` or ``fast+local``
-    (default: exact up to D = 16, else fast+local with ``starts`` starting codes).
+    rotate/seed: the incoherence rotation. search: ``exact``, ``fast``, ``fast+local`` (with
+    ``starts`` starting codes) or ``slices``; default: the configuration's
+    (:func:`.liftquant_codebooks.default_search`: exact up to D = 16, above it slices where the
+    shipped measurements put slices within 1.5% of exact, else fast+local).
     The last few encodings are kept: the same weight and arguments return the same
     (read-only) tensor without searching again.
     """

@@ -10,7 +10,7 @@ Training (``python -m edgekit.simulators.liftquant_codebooks [CONFIG ...]``), pe
    ``-(1/T) log sum_c exp(-T ||x - M c||^2)`` with T = 10, on fresh Gaussian batches.
    Where 2^D <= ``FULL_SOFTMIN_POINTS`` the sum runs over every lattice point. Beyond that
    it runs over the points that dominate it (at T = 10 the others weigh next to nothing),
-   as found by the search the encoder will use for this D (:func:`default_search`):
+   as found by :func:`training_search`:
    up to D = 16 the exact nearest code and its D one-bit flips; above, as the paper does
    for large D, the fast search's candidates ``sign(A^-1 [x; p])``, its ``TRAIN_STARTS``
    best distinct ones plus the code the local search reaches from them. M thus learns to
@@ -19,6 +19,12 @@ Training (``python -m edgekit.simulators.liftquant_codebooks [CONFIG ...]``), pe
    least-squares ``M = X^T C (C^T C)^-1``, keep it while the held-out error falls.
 
 The restart with the lowest held-out error is kept. Torch is imported only for training.
+
+The metadata also holds what each search reaches on fresh N(0, 1) chunks
+(:func:`measure_searches`), and from that the configuration's default search above
+D = 16: ``slices`` where its error is within ``SLICES_TOLERANCE`` of exact's, else
+``fast+local``. ``--remeasure`` refreshes those fields of the shipped files after a search
+changes, without training again.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ FULL_SOFTMIN_POINTS = 1 << 12
 TRAIN_STARTS = 8
 EXACT_DEFAULT_MAX = 16  # up to 2^16 codes per chunk the exact search is cheap enough to be the default
 FAST_MAX_FREE = 14  # above, the fast search's 2^(D - d) candidates per chunk are too slow for whole models
+SLICES_TOLERANCE = 0.015  # slices is the default where its Gaussian error is at most 1.5% above exact's
 
 
 @dataclass(frozen=True)
@@ -77,7 +84,7 @@ class Codebook:
 
     @property
     def default_search(self) -> str:
-        """Exact where 2^D is small (D <= 16), else fast+local."""
+        """See :func:`default_search`."""
         return default_search(self.format)
 
     def encode(self, chunks, search: str = "fast+local", starts: int = DEFAULT_STARTS) -> tuple[np.ndarray, np.ndarray]:
@@ -89,24 +96,38 @@ class Codebook:
         return signs_of(masks, self.format.lifted).astype(np.float64) @ self.matrix.T.astype(np.float64)
 
 
-def default_search(fmt: LiftQuantFormat) -> str:
+def training_search(fmt: LiftQuantFormat) -> str:
+    """The search training assigns codes with: exact up to D = 16, else fast+local."""
     return "exact" if fmt.lifted <= EXACT_DEFAULT_MAX else "fast+local"
+
+
+def default_search(fmt: LiftQuantFormat) -> str:
+    """The search :func:`.liftquant.quantize` uses unless told: exact up to D = 16; above, the one the
+    shipped codebook's measurements chose (:func:`measure_searches`)."""
+    if fmt.lifted <= EXACT_DEFAULT_MAX:
+        return "exact"
+    return load_codebook(fmt).metadata["default_search"]
+
+
+def mse_key(search: str) -> str:
+    """The metadata field of a search's Gaussian error: ``mse_fast_local`` for fast+local."""
+    return "mse_" + search.replace("+", "_")
 
 
 def gaussian_error(fmt: LiftQuantFormat) -> float:
     """The N(0, 1) MSE per dimension the configuration's default search reaches (shipped metadata)."""
-    meta = load_codebook(fmt).metadata
-    return meta["mse_exact"] if default_search(fmt) == "exact" else meta["mse_fast_local"]
+    return load_codebook(fmt).metadata[mse_key(default_search(fmt))]
 
 
 def format_for_bits(bits: float) -> LiftQuantFormat:
     """The configuration whose codes cost ``bits`` per weight (D/d) with the lowest Gaussian error.
 
-    Only configurations the default search encodes at model scale are candidates: exact up
-    to D = 16, else at most ``FAST_MAX_FREE`` free signs (2^14 fast-search candidates per chunk).
+    Only configurations the default search encodes at model scale are candidates: exact or
+    slices, or fast+local with at most ``FAST_MAX_FREE`` free signs (2^14 fast-search
+    candidates per chunk).
     """
     matches = [f for f in LIFTQUANT_FORMATS.values() if math.isclose(f.code_bits_per_weight, bits, rel_tol=1e-9)
-               and (default_search(f) == "exact" or f.free_dims <= FAST_MAX_FREE)]
+               and (default_search(f) != "fast+local" or f.free_dims <= FAST_MAX_FREE)]
     if not matches:
         offered = sorted({round(f.code_bits_per_weight, 4) for f in LIFTQUANT_FORMATS.values()})
         raise ValueError(f"no LiftQuant configuration codes {bits:g} bits per weight; offered: "
@@ -158,10 +179,42 @@ def write_codebook(codebook: Codebook, directory: str | Path | None = None) -> P
     return atomic_write(codebook_path(codebook.format, directory), buf.getvalue())
 
 
-def gaussian_mse(codebook: Codebook, samples: int, seed: int, search: str) -> float:
-    """Mean squared error per dimension of ``search``'s codes on ``samples`` N(0, 1) chunks."""
-    x = np.random.default_rng(seed).standard_normal((samples, codebook.format.chunk)).astype(np.float32)
-    return float(codebook.encode(x, search)[1].mean() / codebook.format.chunk)
+def measure_searches(codebook: Codebook, samples: int, seed: int) -> dict:
+    """What each search offered at this D reaches on ``samples`` seeded N(0, 1) chunks, and the
+    default search above D = 16 that follows.
+
+    ``mse_<search>``: mean squared error per dimension of fast, fast+local, slices (16 < D <= 24,
+    where it is not simply exact) and exact (D <= 24; on ``samples // 32`` chunks above D = 20,
+    where it enumerates up to 2^24 codes a chunk: ``exact_samples``). ``slices_over_exact``: the
+    gap on exact's chunks. ``default_search``: exact up to D = 16; slices where that gap is at
+    most ``SLICES_TOLERANCE``; else fast+local.
+    """
+    fmt = codebook.format
+    x = np.random.default_rng(seed).standard_normal((samples, fmt.chunk)).astype(np.float32)
+    errors = {search: codebook.encode(x, search)[1] for search in ("fast", "fast+local")}
+    out = {mse_key(search): float(err.mean() / fmt.chunk) for search, err in errors.items()}
+    default = training_search(fmt)
+    if fmt.lifted <= EXACT_MAX_LIFTED:
+        n = samples if fmt.lifted <= 20 else max(256, samples // 32)
+        exact = codebook.encode(x[:n], "exact")[1]
+        out.update(exact_samples=n, mse_exact=float(exact.mean() / fmt.chunk))
+        if fmt.lifted > EXACT_DEFAULT_MAX:
+            slices = codebook.encode(x, "slices")[1]
+            out["mse_slices"] = float(slices.mean() / fmt.chunk)
+            out["slices_over_exact"] = float(slices[:n].mean() / exact.mean() - 1)
+            if out["slices_over_exact"] <= SLICES_TOLERANCE:
+                default = "slices"
+    out["default_search"] = default
+    return out
+
+
+def remeasure(codebook: Codebook) -> Codebook:
+    """The codebook with its search measurements refreshed on its metadata's evaluation chunks."""
+    meta = codebook.metadata
+    stale = {mse_key(s) for s in ("fast", "fast+local", "slices", "exact")} | {"exact_samples", "slices_over_exact"}
+    kept = {k: v for k, v in meta.items() if k not in stale}
+    return Codebook(codebook.format, codebook.matrix,
+                    kept | measure_searches(codebook, meta["eval_samples"], meta["eval_seed"]))
 
 
 # ---- training ----------------------------------------------------------------------
@@ -204,7 +257,7 @@ def _softmin_adam(fmt: LiftQuantFormat, rng: np.random.Generator, steps: int, ba
             points = all_codes @ weights.T  # (2^D, d)
             dist = (x * x).sum(1, keepdim=True) - 2 * x @ points.T + (points * points).sum(1)
         else:
-            cands = torch.from_numpy(_candidates(x_np, weights.detach().numpy(), default_search(fmt)))
+            cands = torch.from_numpy(_candidates(x_np, weights.detach().numpy(), training_search(fmt)))
             dist = ((x[:, None, :] - cands @ weights.T) ** 2).sum(-1)
         loss = (-torch.logsumexp(-TEMPERATURE * dist, dim=1) / TEMPERATURE).mean() / d
         optimizer.zero_grad()
@@ -255,7 +308,7 @@ def train_codebook(spec: str | LiftQuantFormat, *, seed: int = 0, restarts: int 
         start = time.perf_counter()
         matrix = _softmin_adam(fmt, rng, steps, batch, lr)
         x = rng.standard_normal((lloyd_samples, d)).astype(np.float32)
-        matrix, mse = _lloyd(matrix, x, held_out, lloyd_rounds, default_search(fmt))
+        matrix, mse = _lloyd(matrix, x, held_out, lloyd_rounds, training_search(fmt))
         log(f"{fmt.name}: restart {restart + 1}/{restarts}: held-out MSE {mse:.5f} ({time.perf_counter() - start:.0f} s)")
         if best is None or mse < best[1]:
             best = (matrix, mse, restart)
@@ -266,18 +319,13 @@ def train_codebook(spec: str | LiftQuantFormat, *, seed: int = 0, restarts: int 
         "format": fmt.name, "D": fmt.lifted, "d": d, "seed": seed, "restarts": restarts, "chosen_restart": chosen,
         "adam_steps": steps, "batch": batch, "lr": lr, "temperature": TEMPERATURE,
         "softmin_over": "all 2^D points" if _full_softmin(fmt) else
-        "the exact nearest code and its D one-bit flips" if default_search(fmt) == "exact" else
+        "the exact nearest code and its D one-bit flips" if training_search(fmt) == "exact" else
         f"the {TRAIN_STARTS} best distinct fast-search candidates and the local-search result",
-        "assignments": default_search(fmt),
+        "assignments": training_search(fmt),
         "lloyd_rounds": lloyd_rounds, "lloyd_samples": lloyd_samples,
         "eval_samples": eval_samples, "eval_seed": eval_seed,
-        "mse_fast": gaussian_mse(codebook, eval_samples, eval_seed, "fast"),
-        "mse_fast_local": gaussian_mse(codebook, eval_samples, eval_seed, "fast+local"),
     }
-    if fmt.lifted <= EXACT_MAX_LIFTED:  # 2^24 codes per chunk: a smaller sample above D = 20
-        metadata["exact_samples"] = eval_samples if fmt.lifted <= 20 else eval_samples // 32
-        metadata["mse_exact"] = gaussian_mse(codebook, metadata["exact_samples"], eval_seed, "exact")
-    return Codebook(fmt, matrix, metadata)
+    return Codebook(fmt, matrix, metadata | measure_searches(codebook, eval_samples, eval_seed))
 
 
 def main(argv=None) -> None:
@@ -288,15 +336,21 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--output-dir", type=Path, default=CODEBOOK_DIR)
     parser.add_argument("--skip-existing", action="store_true", help="leave configurations that have a file alone")
+    parser.add_argument("--remeasure", action="store_true",
+                        help="refresh the search measurements (and default search) of existing files; no training")
     args = parser.parse_args(argv)
     names = [get_liftquant_format(c).name for c in args.configs] or list(LIFTQUANT_FORMATS)
     for name in names:
         fmt = LIFTQUANT_FORMATS[name]
-        if args.skip_existing and codebook_path(fmt, args.output_dir).is_file():
+        if args.remeasure:
+            codebook = remeasure(read_codebook(fmt, codebook_path(fmt, args.output_dir)))
+        elif args.skip_existing and codebook_path(fmt, args.output_dir).is_file():
             continue
-        codebook = train_codebook(fmt, seed=args.seed, restarts=args.restarts, steps=args.steps)
+        else:
+            codebook = train_codebook(fmt, seed=args.seed, restarts=args.restarts, steps=args.steps)
         path = write_codebook(codebook, args.output_dir)
-        print(f"wrote {path}: {json.dumps({k: v for k, v in codebook.metadata.items() if k.startswith('mse')})}")
+        measured = {k: v for k, v in codebook.metadata.items() if k.startswith("mse") or k == "default_search"}
+        print(f"wrote {path}: {json.dumps(measured)}")
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@ Three searches, all Numba, parallel over chunks:
   signs is among that group's ``SLICES_PER_GROUP`` most likely values, for each group in
   turn. A group's values are ranked by the Gaussian density, at ``x - T_g[m]``, of what the
   other groups add (``M c`` over their columns, covariance ``M_o M_o^T`` for random signs):
-  where that density is high the other 2^16 codes lie thick around the chunk. Each slice is
-  one block move (exact over the other two groups), so the search costs about
-  3 x SLICES_PER_GROUP block moves a chunk and needs no fast-search enumeration.
+  where that density is high the other 2^16 codes lie thick around the chunk. Values whose
+  ranking distance exceeds the group's smallest by more than ``SLICE_SPREAD`` are skipped.
+  Each slice is one block move (exact over the other two groups), so the search costs at
+  most 3 x SLICES_PER_GROUP block moves a chunk and needs no fast-search enumeration.
 
 Evaluating a candidate costs O(1) table reads instead of O(dD) arithmetic: the D signs
 split into groups of 8, ``T_g[m] = M[:, group g] @ signs(m)`` for the 256 patterns ``m``
@@ -51,6 +52,7 @@ TILE = 64  # chunks that share one pass over the fast search's candidates
 DEFAULT_STARTS = 8  # fast+local descends from the 8 best distinct fast candidates
 MAX_STARTS = 64
 SLICES_PER_GROUP = 12  # 36 block moves a chunk at D = 24: within 2% of exact on the shipped 24to10
+SLICE_SPREAD = np.float32(5.0)  # skip values e^(5/2) ~ 12x less likely than the group's best: at 24to10 ~10% faster, +0.1% error
 FASTMATH = {"nnan", "ninf", "nsz"}  # lets LLVM vectorize min-reductions; sums keep their order
 
 
@@ -357,7 +359,7 @@ def group_terms(y, tabs_t, norms, g, n, out):
 
 
 @njit(inline="always")
-def scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, best, rb, sup, ym):
+def scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, best, rb, ym):
     """(error, m_a, m_b) of the best patterns of groups a != b for the residual ``y`` (``e0 = ||y||^2``,
     ``ua``, ``ub`` its :func:`group_terms`) that beats ``best``; m_a = -1 if none does.
 
@@ -365,7 +367,7 @@ def scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, best, rb, sup, ym):
     ``>= best``: the part of z outside the span of group b's columns, plus how far z's part
     inside the span (length L) lies beyond what any ``T_b = sum_i +-M_i`` reaches along it,
     ``L - sum_i |z . M_i| / L``. A row is searched for its minimum only when an
-    or-reduction (which vectorizes) says it holds an improvement. ``rb``, ``sup``, ``ym``: scratch.
+    or-reduction (which vectorizes) says it holds an improvement. ``rb``, ``ym``: scratch.
     """
     bases, proj_t, dims, cols_t, reach_t = bounds
     na, nb = sizes[a], sizes[b]
@@ -383,14 +385,12 @@ def scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, best, rb, sup, ym):
         for k in range(y.shape[0]):
             acc += cols_t[b, i, k] * y[k]
         ym[i] = acc
-    for m in range(na):
-        sup[m] = np.float32(0.0)
-    for i in range(GROUP_BITS):
-        for m in range(na):
-            sup[m] += abs(ym[i] - reach_t[a, b, i, m])
-    for m in range(na):
+    for m in range(na):  # one pass: the loop over a group's 8 columns unrolls, so this loop vectorizes
+        reach = np.float32(0.0)
+        for i in range(GROUP_BITS):
+            reach += abs(ym[i] - reach_t[a, b, i, m])
         par = max(e0 + ua[m] - rb[m], np.float32(1e-30))
-        over = max(par - sup[m], np.float32(0.0))
+        over = max(par - reach, np.float32(0.0))
         rb[m] += over * over / par
     best_a, best_b = -1, -1
     for ma in range(na):
@@ -436,7 +436,6 @@ def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bounds, i0, i1, masks
     ua = np.empty(256, np.float32)
     ub = np.empty(256, np.float32)
     rb = np.empty(256, np.float32)
-    sup = np.empty(256, np.float32)
     ym = np.empty(GROUP_BITS, np.float32)
     y = np.empty(d, np.float32)
     r = np.empty(d, np.float64)
@@ -469,7 +468,7 @@ def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bounds, i0, i1, masks
             group_terms(y, tabs_t, norms, b, sizes[b], ub)
             here = e0 + ua[ma] + (ub[mb] + cross[a, b, ma, mb])
             stale += 1
-            _, na, nb = scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, here, rb, sup, ym)
+            _, na, nb = scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, here, rb, ym)
             if na >= 0:
                 moved = (mask & ~((np.uint32(255) << shift_a) | (np.uint32(255) << shift_b))
                          | (np.uint32(na) << shift_a) | (np.uint32(nb) << shift_b))
@@ -486,14 +485,15 @@ def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bounds, i0, i1, masks
 
 
 @njit(nogil=True, cache=True, fastmath=FASTMATH)
-def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bounds, whiten, ranked_t, k, i0, i1, out_masks):
-    """The ``slices`` search for chunks ``i0 .. i1`` of a three-group codebook (17 <= D <= 24)."""
+def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bounds, whiten, ranked_t, k, spread, i0, i1, out_masks):
+    """The ``slices`` search for chunks ``i0 .. i1`` of a three-group codebook (17 <= D <= 24): the ``k``
+    most likely values of each group, less those whose ranking distance exceeds the group's
+    smallest by more than ``spread``."""
     d = x.shape[1]
     G = tabs.shape[0]
     ua = np.empty(256, np.float32)
     ub = np.empty(256, np.float32)
     rb = np.empty(256, np.float32)
-    sup = np.empty(256, np.float32)
     ym = np.empty(GROUP_BITS, np.float32)
     q = np.empty(256, np.float32)
     y = np.empty(d, np.float32)
@@ -527,6 +527,9 @@ def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bounds, whiten, ranked_t,
                         r -= 1
                     top_q[r] = v
                     order[s, r] = m
+            for r in range(1, k):
+                if top_q[r] > top_q[0] + spread:
+                    order[s, r] = -1
         for g in range(G):
             for i in range(d):
                 y[i] = x[t, i]
@@ -555,7 +558,7 @@ def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bounds, whiten, ranked_t,
                     ua[m] = lin[a, m] + cross[s, a, ms, m]
                 for m in range(sizes[b]):
                     ub[m] = lin[b, m] + cross[s, b, ms, m]
-                best, na, nb = scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, best, rb, sup, ym)
+                best, na, nb = scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, best, rb, ym)
                 if na >= 0:
                     mask = ((np.uint32(ms) << np.uint32(GROUP_BITS * s)) | (np.uint32(na) << np.uint32(GROUP_BITS * a))
                             | (np.uint32(nb) << np.uint32(GROUP_BITS * b)))
@@ -673,7 +676,7 @@ def slice_codes(x, tables: SearchTables) -> np.ndarray:
     whiten, ranked_t = tables.slice_ranking
     parallel_map(x.shape[0], lambda i0, i1: slice_chunks(
         x, tabs, tables.transposed, norms, cross, sizes, tables.bounds, whiten, ranked_t, SLICES_PER_GROUP,
-        i0, i1, masks), 16)
+        SLICE_SPREAD, i0, i1, masks), 16)
     return masks
 
 

@@ -4,9 +4,13 @@ import pytest
 from edgekit.simulators.formats import LIFTQUANT_FORMATS
 from edgekit.simulators.liftquant_codebooks import (
     CODEBOOK_DIR,
+    SLICES_TOLERANCE,
     Codebook,
+    default_search,
     load_codebook,
+    measure_searches,
     read_codebook,
+    remeasure,
     train_codebook,
     write_codebook,
 )
@@ -39,6 +43,8 @@ def test_every_configuration_ships_a_codebook(name):
         assert meta["mse_exact"] <= meta["mse_fast_local"] * (1 + 1e-9)
     # below the scalar 1-bit Gaussian quantizer's 0.363 (as a sanity floor) and above Shannon's bound
     assert 4.0 ** -fmt.code_bits_per_weight < meta["mse_fast_local"] < 0.363 * 1.3
+    assert meta["default_search"] == ("exact" if fmt.lifted <= 16 else
+                                      "slices" if meta.get("slices_over_exact", 1) <= SLICES_TOLERANCE else "fast+local")
 
 
 def test_table_1_16to8_exact():
@@ -68,6 +74,37 @@ def test_fast_plus_local_is_within_two_percent_of_exact(name):
     x = np.random.default_rng(SEED).standard_normal((1024, codebook.format.chunk)).astype(np.float32)
     exact = codebook.encode(x, "exact")[1].mean()
     assert codebook.encode(x, "fast+local")[1].mean() <= exact * 1.02
+
+
+@pytest.mark.parametrize("name", [n for n, f in LIFTQUANT_FORMATS.items() if 16 < f.lifted <= 20])
+def test_the_default_search_above_16_is_within_two_percent_of_exact(name):
+    codebook = load_codebook(name)
+    x = np.random.default_rng(SEED).standard_normal((1024, codebook.format.chunk)).astype(np.float32)
+    exact = codebook.encode(x, "exact")[1].mean()
+    assert codebook.encode(x, default_search(codebook.format))[1].mean() <= exact * 1.02
+
+
+def test_measurements_choose_the_default_search():
+    codebook = load_codebook("liftquant_20to6")
+    measured = measure_searches(codebook, 512, 7)
+    assert measured["exact_samples"] == 512
+    assert measured["mse_exact"] <= min(measured["mse_slices"], measured["mse_fast_local"]) * (1 + 1e-9)
+    assert measured["mse_fast_local"] <= measured["mse_fast"]
+    assert measured["slices_over_exact"] == pytest.approx(measured["mse_slices"] / measured["mse_exact"] - 1)
+    assert measured["default_search"] == ("slices" if measured["slices_over_exact"] <= SLICES_TOLERANCE
+                                          else "fast+local")
+    small = measure_searches(load_codebook("liftquant_8to4"), 256, 7)
+    assert small["default_search"] == "exact" and "mse_slices" not in small
+
+
+def test_remeasure_keeps_the_matrix_and_the_training_record():
+    codebook = load_codebook("liftquant_6to4")
+    codebook = Codebook(codebook.format, codebook.matrix, codebook.metadata | {"eval_samples": 1024,
+                                                                               "mse_fast": 9.0})
+    fresh = remeasure(codebook)
+    np.testing.assert_array_equal(fresh.matrix, codebook.matrix)
+    assert fresh.metadata["mse_fast"] < 1 and fresh.metadata["seed"] == codebook.metadata["seed"]
+    assert fresh.metadata["exact_samples"] == 1024
 
 
 def test_training_is_deterministic_and_round_trips(tmp_path):
