@@ -10,6 +10,7 @@ from torch.nn import functional as F
 
 from edgekit.federated.fedrgl import (
     GraphSettings,
+    aggregation_weights,
     build_gcn,
     class_threshold_pass,
     dual_consistency_filter,
@@ -124,3 +125,18 @@ def test_methods_end_to_end_on_the_engine():
     assert all(np.array_equal(again.final[k], results["fedrgl"].final[k]) for k in again.final)  # seeded
     with pytest.raises(ValueError, match="unknown graph method 'gat'; allowed: fedavg, fedprox, fedavg\\+filter, fedrgl"):
         GraphSettings(method="gat")
+
+
+def test_entropy_weights_scale_with_client_size_and_are_tempered():
+    # a small, very confident client (low entropy) and two large ones
+    metrics = [{"train_nodes": 20, "entropy": 0.05}, {"train_nodes": 200, "entropy": 0.8}, {"train_nodes": 200, "entropy": 1.0}]
+    weights = aggregation_weights(metrics, GraphSettings(), server_round=20)
+    expected = np.array([20 / 0.05 ** 0.5, 200 / 0.8 ** 0.5, 200 / 1.0 ** 0.5])
+    assert weights == pytest.approx(expected / expected.sum())
+    assert weights[0] < 0.2 and weights[1] > weights[2]  # it cannot dominate, yet confidence still counts
+    untempered = aggregation_weights(metrics, GraphSettings(entropy_power=1.0), server_round=20)
+    assert untempered[0] > weights[0]
+    counts = np.array([20, 200, 200]) / 420
+    assert aggregation_weights(metrics, GraphSettings(), server_round=5) == pytest.approx(counts)  # warm-up: FedAvg
+    assert aggregation_weights(metrics, GraphSettings(entropy_weighting=False), server_round=20) == pytest.approx(counts)
+    assert aggregation_weights(metrics, GraphSettings(method="fedavg"), server_round=20) == pytest.approx(counts)
