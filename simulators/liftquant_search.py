@@ -359,32 +359,43 @@ def group_terms(y, tabs_t, norms, g, n, out):
 
 
 @njit(inline="always")
-def scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, best, rb, ym):
-    """(error, m_a, m_b) of the best patterns of groups a != b for the residual ``y`` (``e0 = ||y||^2``,
-    ``ua``, ``ub`` its :func:`group_terms`) that beats ``best``; m_a = -1 if none does.
-
-    Row m_a, residual ``z = y - T_a[m_a]``, is skipped when a lower bound on its errors is
-    ``>= best``: the part of z outside the span of group b's columns, plus how far z's part
-    inside the span (length L) lies beyond what any ``T_b = sum_i +-M_i`` reaches along it,
-    ``L - sum_i |z . M_i| / L``. A row is searched for its minimum only when an
-    or-reduction (which vectorizes) says it holds an improvement. ``rb``, ``ym``: scratch.
-    """
-    bases, proj_t, dims, cols_t, reach_t = bounds
-    na, nb = sizes[a], sizes[b]
-    for m in range(na):
-        rb[m] = np.float32(0.0)
+def span_coordinates(y, bounds, b, uy, ym):
+    """``uy = U_b^T y`` (the part of ``y`` outside the span of group b's columns, in its basis) and
+    ``ym = C_b y`` (y against each of those columns): what :func:`scan_pair` bounds rows with."""
+    bases, _, dims, cols_t, _ = bounds
     for j in range(dims[b]):
-        uy = np.float32(0.0)
+        acc = np.float32(0.0)
         for k in range(y.shape[0]):
-            uy += bases[b, k, j] * y[k]
-        for m in range(na):
-            t = uy - proj_t[a, b, j, m]
-            rb[m] += t * t
+            acc += bases[b, k, j] * y[k]
+        uy[j] = acc
     for i in range(GROUP_BITS):
         acc = np.float32(0.0)
         for k in range(y.shape[0]):
             acc += cols_t[b, i, k] * y[k]
         ym[i] = acc
+
+
+@njit(inline="always")
+def scan_pair(e0, a, b, cross, sizes, bounds, ua, ub, best, rb, uy, ym):
+    """(error, m_a, m_b) of the best patterns of groups a != b for the residual ``y`` (``e0 = ||y||^2``,
+    ``ua``, ``ub`` its :func:`group_terms`, ``uy``, ``ym`` its :func:`span_coordinates`) that beats
+    ``best``; m_a = -1 if none does.
+
+    Row m_a, residual ``z = y - T_a[m_a]``, is skipped when a lower bound on its errors is
+    ``>= best``: the part of z outside the span of group b's columns, plus how far z's part
+    inside the span (length L) lies beyond what any ``T_b = sum_i +-M_i`` reaches along it,
+    ``L - sum_i |z . M_i| / L``. A row is searched for its minimum only when an
+    or-reduction (which vectorizes) says it holds an improvement. ``rb``: scratch.
+    """
+    _, proj_t, dims, _, reach_t = bounds
+    na, nb = sizes[a], sizes[b]
+    for m in range(na):
+        rb[m] = np.float32(0.0)
+    for j in range(dims[b]):
+        uj = uy[j]
+        for m in range(na):
+            t = uj - proj_t[a, b, j, m]
+            rb[m] += t * t
     for m in range(na):  # one pass: the loop over a group's 8 columns unrolls, so this loop vectorizes
         reach = np.float32(0.0)
         for i in range(GROUP_BITS):
@@ -436,6 +447,7 @@ def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bounds, i0, i1, masks
     ua = np.empty(256, np.float32)
     ub = np.empty(256, np.float32)
     rb = np.empty(256, np.float32)
+    uy = np.empty(x.shape[1], np.float32)
     ym = np.empty(GROUP_BITS, np.float32)
     y = np.empty(d, np.float32)
     r = np.empty(d, np.float64)
@@ -468,7 +480,8 @@ def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bounds, i0, i1, masks
             group_terms(y, tabs_t, norms, b, sizes[b], ub)
             here = e0 + ua[ma] + (ub[mb] + cross[a, b, ma, mb])
             stale += 1
-            _, na, nb = scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, here, rb, ym)
+            span_coordinates(y, bounds, b, uy, ym)
+            _, na, nb = scan_pair(e0, a, b, cross, sizes, bounds, ua, ub, here, rb, uy, ym)
             if na >= 0:
                 moved = (mask & ~((np.uint32(255) << shift_a) | (np.uint32(255) << shift_b))
                          | (np.uint32(na) << shift_a) | (np.uint32(nb) << shift_b))
@@ -494,7 +507,10 @@ def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bounds, whiten, ranked_t,
     ua = np.empty(256, np.float32)
     ub = np.empty(256, np.float32)
     rb = np.empty(256, np.float32)
+    uy = np.empty(d, np.float32)
     ym = np.empty(GROUP_BITS, np.float32)
+    ux = np.empty((G, d), np.float32)
+    cx = np.empty((G, GROUP_BITS), np.float32)
     q = np.empty(256, np.float32)
     y = np.empty(d, np.float32)
     wx = np.empty(d, np.float32)
@@ -530,10 +546,12 @@ def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bounds, whiten, ranked_t,
             for r in range(1, k):
                 if top_q[r] > top_q[0] + spread:
                     order[s, r] = -1
+        for i in range(d):
+            y[i] = x[t, i]
         for g in range(G):
-            for i in range(d):
-                y[i] = x[t, i]
             group_terms(y, tabs_t, norms, g, sizes[g], lin[g])
+            span_coordinates(y, bounds, g, ux[g], cx[g])
+        _, proj_t, dims, _, reach_t = bounds
         best = np.float32(0.0)  # start the bound at the code of every group's most likely value
         mask = np.uint32(0)
         for i in range(d):
@@ -558,7 +576,11 @@ def slice_chunks(x, tabs, tabs_t, norms, cross, sizes, bounds, whiten, ranked_t,
                     ua[m] = lin[a, m] + cross[s, a, ms, m]
                 for m in range(sizes[b]):
                     ub[m] = lin[b, m] + cross[s, b, ms, m]
-                best, na, nb = scan_pair(y, e0, a, b, cross, sizes, bounds, ua, ub, best, rb, ym)
+                for j in range(dims[b]):  # and its span coordinates, from the chunk's and the bound tables
+                    uy[j] = ux[b, j] - proj_t[s, b, j, ms]
+                for i in range(GROUP_BITS):
+                    ym[i] = cx[b, i] - reach_t[s, b, i, ms]
+                best, na, nb = scan_pair(e0, a, b, cross, sizes, bounds, ua, ub, best, rb, uy, ym)
                 if na >= 0:
                     mask = ((np.uint32(ms) << np.uint32(GROUP_BITS * s)) | (np.uint32(na) << np.uint32(GROUP_BITS * a))
                             | (np.uint32(nb) << np.uint32(GROUP_BITS * b)))
