@@ -239,7 +239,7 @@ def quantize(w, format: str | LiftQuantFormat = "liftquant_24to10", *, input_sca
     rotate/seed: the incoherence rotation. search: ``exact``, ``fast``, ``fast+local`` (with
     ``starts`` starting codes) or ``slices``; default: the configuration's
     (:func:`.liftquant_codebooks.default_search`: exact up to D = 16, above it slices where the
-    shipped measurements put slices within 1.5% of exact, else fast+local).
+    shipped measurements put slices within 2% of exact, else fast+local).
     The last few encodings are kept: the same weight and arguments return the same
     (read-only) tensor without searching again.
     """

@@ -59,7 +59,7 @@ FULL_SOFTMIN_POINTS = 1 << 12
 TRAIN_STARTS = 8
 EXACT_DEFAULT_MAX = 16  # up to 2^16 codes per chunk the exact search is cheap enough to be the default
 FAST_MAX_FREE = 14  # above, the fast search's 2^(D - d) candidates per chunk are too slow for whole models
-SLICES_TOLERANCE = 0.015  # slices is the default where its Gaussian error is at most 1.5% above exact's
+SLICES_TOLERANCE = 0.02  # slices is the default where its Gaussian error is at most 2% above exact's
 
 
 @dataclass(frozen=True)
