@@ -8,6 +8,7 @@ links         bandwidth, latency, jitter, drops, outages, device speed, straggle
 wire          messages as Flower serializes them: sizes, copies, the gossip relay convention
 inproc_grid   a Grid running every client's ClientApp in this process, deterministically
 network_grid  a Grid wrapping any Grid with the simulated network, clocks and byte counts
+flower_grid   what sits under it on Flower's engines: nodes by partition-id, client state for resumes
 topology      communication graphs and lazy Metropolis mixing matrices
 compression   exchanged tensors as ArrayRecords, optionally MX-compressed
 records       the per-round record and the check every client update passes
