@@ -24,9 +24,9 @@ from flwr.clientapp import ClientApp
 from flwr.clientapp.typing import ClientAppCallable
 from flwr.serverapp import Grid
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
-from flwr.supercore.run import Run
 
 from .inproc_grid import FIRST_NODE_ID
+from .network_grid import ExchangeGrid
 from .wire import wire_objects
 
 PARTITION_QUERY = "query.partition"
@@ -64,11 +64,11 @@ def carry_state(message: Message, context: Context, call_next: ClientAppCallable
     return reply
 
 
-class FlowerNodes(Grid):
+class FlowerNodes(ExchangeGrid):
     """Flower's ``inner`` grid with stable node ids and, with ``keep_state``, the clients' context states."""
 
     def __init__(self, inner: Grid, *, keep_state: bool, timeout: float | None = None):
-        self.inner = inner
+        super().__init__(inner)
         self.keep_state = keep_state
         self.node_of: dict[int, int] = {}  # shown id -> Flower's node id
         self.shown: dict[int, int] = {}  # Flower's node id -> shown id
@@ -93,25 +93,8 @@ class FlowerNodes(Grid):
 
     # -- Grid ---------------------------------------------------------------------------------
 
-    def set_run(self, run: Run) -> None:
-        self.inner.set_run(run)
-
-    @property
-    def run(self) -> Run:
-        return self.inner.run
-
-    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
-                       ttl: float | None = None) -> Message:
-        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
-
     def get_node_ids(self) -> list[int]:
         return sorted(self.node_of)
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        raise NotImplementedError("FlowerNodes maps whole exchanges: use send_and_receive")
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        raise NotImplementedError("FlowerNodes maps whole exchanges: use send_and_receive")
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
         outgoing = []

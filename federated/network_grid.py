@@ -80,11 +80,36 @@ class _Plan:
     done: float = 0.0  # when the node finished the message's work
 
 
-class NetworkGrid(Grid):
+class ExchangeGrid(Grid):
+    """A Grid over an ``inner`` one that handles whole exchanges (``send_and_receive``) only:
+    the run is the inner grid's, and the one-way pushes and pulls are refused."""
+
+    def __init__(self, inner: Grid):
+        self.inner = inner
+
+    def set_run(self, run: Run) -> None:
+        self.inner.set_run(run)
+
+    @property
+    def run(self) -> Run:
+        return self.inner.run
+
+    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+                       ttl: float | None = None) -> Message:
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        raise NotImplementedError(f"a {type(self).__name__} handles whole exchanges: use send_and_receive")
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        raise NotImplementedError(f"a {type(self).__name__} handles whole exchanges: use send_and_receive")
+
+
+class NetworkGrid(ExchangeGrid):
     """``inner`` behind the simulated ``network``."""
 
     def __init__(self, inner: Grid, network: Network, *, inner_timeout: float | None = None):
-        self.inner = inner
+        super().__init__(inner)
         self.network = network
         self.inner_timeout = inner_timeout
         self.now = 0.0
@@ -99,25 +124,8 @@ class NetworkGrid(Grid):
 
     # -- Grid -----------------------------------------------------------------------------
 
-    def set_run(self, run: Run) -> None:
-        self.inner.set_run(run)
-
-    @property
-    def run(self) -> Run:
-        return self.inner.run
-
-    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
-                       ttl: float | None = None) -> Message:
-        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
-
     def get_node_ids(self) -> list[int]:
         return list(self.inner.get_node_ids())
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
-        raise NotImplementedError("a NetworkGrid times a whole exchange: use send_and_receive")
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        raise NotImplementedError("a NetworkGrid times a whole exchange: use send_and_receive")
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
         began = time.perf_counter()
