@@ -447,7 +447,7 @@ def block_descent(x, m, tabs, tabs_t, norms, cross, sizes, bounds, i0, i1, masks
     ua = np.empty(256, np.float32)
     ub = np.empty(256, np.float32)
     rb = np.empty(256, np.float32)
-    uy = np.empty(x.shape[1], np.float32)
+    uy = np.empty(d, np.float32)
     ym = np.empty(GROUP_BITS, np.float32)
     y = np.empty(d, np.float32)
     r = np.empty(d, np.float64)
