@@ -42,7 +42,7 @@ def one_run(job: dict, done_dir: Path) -> dict:
     from edgekit.fl_job import continual_lm_workload
     from edgekit.simulators.files import atomic_write
 
-    tuned = f"_w{job['risk_weight']}_growth{job['growth']}" if "growth" in job else ""
+    tuned = f"_w{job['risk_weight']}_growth{job['growth']}_overlap{job['overlap_weight']}" if "growth" in job else ""
     kept = done_dir / f"{job['selection']}_b{job['budget_fraction']}{tuned}_s{job['seed']}.json"
     if kept.exists():
         saved = json.loads(kept.read_text())
@@ -67,6 +67,7 @@ def main():
     parser.add_argument("--budget", type=float, default=0.25)
     parser.add_argument("--growth", type=float, default=0.02)
     parser.add_argument("--risk-weight", type=float, default=1.0)
+    parser.add_argument("--overlap-weight", type=float, default=0.1)
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_rieselect.json"))
     args = parser.parse_args()
@@ -74,7 +75,8 @@ def main():
     done_dir.mkdir(parents=True, exist_ok=True)
     jobs = [{"selection": selection, "clients": args.clients, "rounds_per_task": args.rounds_per_task,
              "local_steps": args.local_steps, "budget_fraction": 1.0 if selection == "full" else args.budget,
-             **({"growth": args.growth, "risk_weight": args.risk_weight} if selection == "rieselect" else {}),
+             **({"growth": args.growth, "risk_weight": args.risk_weight, "overlap_weight": args.overlap_weight}
+                if selection == "rieselect" else {}),
              "seed": int(seed)}
             for seed in args.seeds.split(",") for selection in SELECTIONS]
     runs = [one_run(job, done_dir) for job in jobs]

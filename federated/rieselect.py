@@ -16,6 +16,11 @@ of its layers (here: parameter tensors), its update ``local - global``. Selectio
   when that task ended. ``F_t`` is the Fisher of the per-prediction loss (the loss the
   workload averages, nats per prediction for the LM), so the penalty is the second-order
   increase of that loss, in the same units as the utility and the step's bound.
+  The knapsack is coverage-aware: the server gains from the union of what clients send, and a
+  layer another client also sends is only averaged, so each round the layers are split into
+  balanced shares, one per client (rotating with the round), and a layer outside the client's
+  share counts ``overlap_weight`` of its value. Clients of the same model rank layers alike;
+  independent knapsacks (``overlap_weight=1``) all sent the same few layers.
 
 The server averages each layer's updates over the clients that sent it (a layer nobody
 sent stays). For ``rieselect`` it then caps the step: the update ``d`` is applied as
@@ -87,6 +92,7 @@ class ContinualSettings:
     local_steps: int = 10
     budget_fraction: float = 0.25  # per client and round, of the full update's bytes
     risk_weight: float = 1.0
+    overlap_weight: float = 0.1  # rieselect: a layer outside this round's share of the client is worth this much
     growth: float = 0.02  # nats: the second-order loss increase on earlier tasks one server step may add
     fisher_batches: int = 4
     seed: int = 0
@@ -96,6 +102,8 @@ class ContinualSettings:
             raise ValueError(f"unknown selection {self.selection!r}; allowed: {', '.join(SELECTIONS)}")
         if not self.growth > 0:  # at 0 a model far from earlier solutions could stop learning
             raise ValueError(f"growth must be positive, got {self.growth}")
+        if not 0.0 <= self.overlap_weight <= 1.0:
+            raise ValueError(f"overlap_weight must be in [0, 1], got {self.overlap_weight}")
         if not 0.0 < self.budget_fraction <= 1.0:
             raise ValueError(f"budget_fraction must be in (0, 1], got {self.budget_fraction}")
         for name in ("clients", "rounds_per_task", "local_steps", "fisher_batches"):
@@ -193,14 +201,22 @@ def fisher_diagonal(workload: ContinualWorkload, model: nn.Module, task: int, pa
 
 
 def fisher_shards(shapes: dict[str, tuple], clients: int) -> list[list[str]]:
-    """Which layers' Fisher each client uploads: every layer to one client, largest first to the
-    client with the fewest bytes so far, so each uploads about ``1/clients`` of the model."""
+    """A balanced split of the layers over clients: every layer to one client, largest first to the
+    client with the fewest bytes so far, so each holds about ``1/clients`` of the model. It says
+    which layers' Fisher each client uploads, and (rotated by round) each client's share of the
+    knapsack (:func:`round_share`)."""
     shards, load = [[] for _ in range(clients)], [0] * clients
     for name in sorted(shapes, key=lambda n: (-math.prod(shapes[n]), n)):
         c = load.index(min(load))
         shards[c].append(name)
         load[c] += math.prod(shapes[name])
     return shards
+
+
+def round_share(shapes: dict[str, tuple], clients: int, partition: int, server_round: int) -> set[str]:
+    """The layers whose full value counts in this client's knapsack this round: shares rotate, so
+    every client's data reaches every layer, and the clients' shares cover the model."""
+    return set(fisher_shards(shapes, clients)[(partition + server_round) % clients])
 
 
 UTILITY_BATCHES = 2
@@ -230,8 +246,8 @@ def layer_utilities(workload: ContinualWorkload, model: nn.Module, start: dict, 
     return {name: -float(np.sum(p.grad.numpy() * delta[name])) for name, p in params.items()}
 
 
-def _select(settings: ContinualSettings, start: dict, delta: dict, utility: dict | None, anchors, budget: int,
-            rng: np.random.Generator) -> list[str]:
+def _select(settings: ContinualSettings, start: dict, delta: dict, utility: dict | None, anchors, share: set[str],
+            budget: int, rng: np.random.Generator) -> list[str]:
     names = list(delta)
     sizes = [packed_nbytes(delta[n].shape, "none") for n in names]
     if settings.selection == "full":
@@ -241,7 +257,8 @@ def _select(settings: ContinualSettings, start: dict, delta: dict, utility: dict
     if settings.selection == "topk":
         order = np.argsort([-float(np.linalg.norm(delta[n])) for n in names], kind="stable")
         return [names[i] for i in greedy_fill(order, sizes, budget)]
-    values = [utility[n] - settings.risk_weight * penalty_increase(start, delta, anchors, n) for n in names]
+    values = [(1.0 if n in share else settings.overlap_weight)
+              * (utility[n] - settings.risk_weight * penalty_increase(start, delta, anchors, n)) for n in names]
     return [names[i] for i in knapsack(values, sizes, budget)]
 
 
@@ -287,7 +304,8 @@ def client_round(workload: ContinualWorkload, settings: ContinualSettings, conte
     rng = np.random.default_rng([settings.seed, partition, server_round])
     utility = (layer_utilities(workload, model, start, delta, task, partition, server_round)
                if settings.selection == "rieselect" else None)
-    chosen = _select(settings, start, delta, utility, _stored_anchors(context.state),
+    share = round_share({n: d.shape for n, d in delta.items()}, settings.clients, partition, server_round)
+    chosen = _select(settings, start, delta, utility, _stored_anchors(context.state), share,
                      max(int(settings.budget_fraction * full) - shard_bytes, 0), rng)
     return ({n: delta[n] for n in chosen}, shard,
             {"train_loss": float(np.mean(losses)), "layers": len(chosen), "layer_fraction": len(chosen) / len(delta)})
@@ -419,6 +437,7 @@ def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, g
                "forgetting_by_task": forgetting, "uplink_bytes": sum(grid.bytes.up.values()), "task_losses": final,
                "loss_when_learned": at_end,
                "layer_fraction": float(np.mean([r.metrics["layer_fraction"] for r in trained])),
+               "layers_covered": float(np.mean([r.metrics["layers_updated"] for r in trained])) / len(initial),
                "steps": [r.metrics.get("step") for r in trained]}
     result.summary["deadline_s"] = timeout
     return result, grid, summary

@@ -24,6 +24,7 @@ from edgekit.federated.rieselect import (
     greedy_fill,
     knapsack,
     layer_utilities,
+    round_share,
     run_continual,
     safe_step,
 )
@@ -157,6 +158,33 @@ def test_fisher_shards_split_the_layers():
     sizes = [sum(np.prod(shapes[n]) for n in shard) for shard in shards]
     assert max(sizes) - min(sizes) <= 64
     assert fisher_shards(shapes, 7)[5:] == [[], []]  # more clients than layers: some send none
+
+
+def test_round_shares_split_the_model_and_rotate():
+    shapes = {"a": (64, 64), "b": (64, 64), "c": (32, 64), "d": (32, 64), "e": (64,)}
+    for server_round in (1, 2, 3):
+        shares = [round_share(shapes, 3, p, server_round) for p in range(3)]
+        assert sorted(n for share in shares for n in share) == sorted(shapes)  # disjoint, and they cover the model
+    assert round_share(shapes, 3, 0, 2) == round_share(shapes, 3, 1, 1) != round_share(shapes, 3, 0, 1)
+
+
+def test_coverage_aware_knapsacks_send_more_of_the_model():
+    """Clients of the same model rank layers alike: independent knapsacks send the same layer,
+    shares spread the budget over the model."""
+    workload = toy_continual(2)
+    start = parameters_of(workload.build_model())
+    sent = {}
+    for overlap in (1.0, 0.1):
+        settings = ContinualSettings(clients=3, rounds_per_task=2, local_steps=4, budget_fraction=0.34,
+                                     overlap_weight=overlap)
+        union = set()
+        for partition in range(3):
+            context = Context(0, partition + 1, {"partition-id": partition, "num-partitions": 3}, RecordDict(), {})
+            union |= set(client_round(workload, settings, context, start, 1)[0])
+        sent[overlap] = union
+    assert len(sent[1.0]) == 1 and len(sent[0.1]) >= 3
+    with pytest.raises(ValueError, match="overlap_weight"):
+        ContinualSettings(overlap_weight=1.5)
 
 
 def test_fisher_bytes_come_out_of_the_round_budget():
