@@ -1,6 +1,7 @@
 """FedRGL and its graphs: the Planetoid loader, CSBM graphs, Louvain clients, label noise, the
 dual-consistency filter, and the methods end to end on the in-process engine."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from edgekit.federated.fedrgl import (
     build_gcn,
     class_threshold_pass,
     dual_consistency_filter,
+    local_round,
     normalized_adjacency,
     run_graph,
 )
@@ -25,6 +27,7 @@ from edgekit.federated.graphs import (
     louvain_clients,
     noisy_labels,
 )
+from edgekit.federated.workload import parameters_of
 
 PLANETOID_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "planetoid"
 
@@ -130,13 +133,49 @@ def test_methods_end_to_end_on_the_engine():
 def test_entropy_weights_scale_with_client_size_and_are_tempered():
     # a small, very confident client (low entropy) and two large ones
     metrics = [{"train_nodes": 20, "entropy": 0.05}, {"train_nodes": 200, "entropy": 0.8}, {"train_nodes": 200, "entropy": 1.0}]
-    weights = aggregation_weights(metrics, GraphSettings(), server_round=20)
+    raw = GraphSettings(entropy_reference="none")
+    weights = aggregation_weights(metrics, raw, server_round=20)
     expected = np.array([20 / 0.05 ** 0.5, 200 / 0.8 ** 0.5, 200 / 1.0 ** 0.5])
     assert weights == pytest.approx(expected / expected.sum())
     assert weights[0] < 0.2 and weights[1] > weights[2]  # it cannot dominate, yet confidence still counts
-    untempered = aggregation_weights(metrics, GraphSettings(entropy_power=1.0), server_round=20)
+    untempered = aggregation_weights(metrics, GraphSettings(entropy_reference="none", entropy_power=1.0), server_round=20)
     assert untempered[0] > weights[0]
     counts = np.array([20, 200, 200]) / 420
-    assert aggregation_weights(metrics, GraphSettings(), server_round=5) == pytest.approx(counts)  # warm-up: FedAvg
+    assert aggregation_weights(metrics, raw, server_round=5) == pytest.approx(counts)  # warm-up: FedAvg
     assert aggregation_weights(metrics, GraphSettings(entropy_weighting=False), server_round=20) == pytest.approx(counts)
     assert aggregation_weights(metrics, GraphSettings(method="fedavg"), server_round=20) == pytest.approx(counts)
+
+
+def test_entropy_is_measured_against_the_predicted_class_distribution():
+    # equal sizes; the first client predicts almost one class (low entropy: skew, not quality),
+    # the second is as sure of each node but spreads over all classes, the third is unsure
+    metrics = [{"train_nodes": 100, "entropy": 0.2, "predicted_entropy": 0.4},
+               {"train_nodes": 100, "entropy": 0.8, "predicted_entropy": 1.6},
+               {"train_nodes": 100, "entropy": 1.5, "predicted_entropy": 1.9}]
+    weights = aggregation_weights(metrics, GraphSettings(), server_round=20)
+    expected = np.array([(0.2 / 0.4) ** -0.5, (0.8 / 1.6) ** -0.5, (1.5 / 1.9) ** -0.5])
+    assert weights == pytest.approx(expected / expected.sum())
+    assert weights[0] == pytest.approx(weights[1]) and weights[2] < weights[1]
+    raw = aggregation_weights(metrics, GraphSettings(entropy_reference="none"), server_round=20)
+    assert raw[0] > 1.5 * raw[1]  # without the reference the skewed client counts double
+    with pytest.raises(ValueError, match="unknown entropy reference 'labels'; allowed: none, predicted"):
+        GraphSettings(entropy_reference="labels")
+
+
+def test_local_training_keeps_the_weights_of_features_a_client_lacks():
+    # one client's features never use the last 8 columns: its round must leave their weights
+    # alone (L2 through Adam would shrink each by about lr every epoch)
+    g = csbm(300, 3, 24, homophily=0.85, signal=1.2, seed=4)
+    [data] = client_data(g, 1, noise="pair", rate=0.2, seed=0)
+    features = data.features.copy()
+    features[:, 16:] = 0.0
+    data = replace(data, features=features)
+    for method in ("fedavg", "fedrgl"):
+        settings = GraphSettings(method=method, warmup=0)
+        start = {k: v.copy() for k, v in parameters_of(build_gcn(24, 3, settings)).items()}
+        after = local_round(data, start, settings, server_round=1, partition=0)
+        assert np.array_equal(after.params["conv1.weight"][:, 16:], start["conv1.weight"][:, 16:])
+        assert not np.array_equal(after.params["conv1.weight"][:, :16], start["conv1.weight"][:, :16])
+        assert after.metrics["entropy"] <= after.metrics["predicted_entropy"] + 1e-6  # mean of H <= H of the mean
+    decayed = local_round(data, start, GraphSettings(weight_decay=5e-4), server_round=1, partition=0)
+    assert not np.array_equal(decayed.params["conv1.weight"][:, 16:], start["conv1.weight"][:, 16:])
