@@ -42,7 +42,8 @@ def one_run(job: dict, done_dir: Path) -> dict:
     from edgekit.fl_job import continual_lm_workload
     from edgekit.simulators.files import atomic_write
 
-    tuned = f"_w{job['risk_weight']}_growth{job['growth']}_overlap{job['overlap_weight']}" if "growth" in job else ""
+    tuned = (f"_w{job['risk_weight']}_growth{job['growth']}_overlap{job['overlap_weight']}" if "growth" in job
+             else "_coordinated" if job.get("coordinated") else "")
     kept = done_dir / f"{job['selection']}_b{job['budget_fraction']}{tuned}_s{job['seed']}.json"
     if kept.exists():
         saved = json.loads(kept.read_text())
@@ -65,9 +66,11 @@ def main():
     parser.add_argument("--rounds-per-task", type=int, default=5)
     parser.add_argument("--local-steps", type=int, default=10)
     parser.add_argument("--budget", type=float, default=0.25)
-    parser.add_argument("--growth", type=float, default=0.02)
+    parser.add_argument("--growth", type=float, default=0.01)
     parser.add_argument("--risk-weight", type=float, default=1.0)
-    parser.add_argument("--overlap-weight", type=float, default=0.1)
+    parser.add_argument("--overlap-weight", type=float, default=0.0)
+    parser.add_argument("--coordinated-baselines", action="store_true",
+                        help="random and topk fill from the round's share first (an ablation of RieSelect's coverage)")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_rieselect.json"))
     args = parser.parse_args()
@@ -77,6 +80,7 @@ def main():
              "local_steps": args.local_steps, "budget_fraction": 1.0 if selection == "full" else args.budget,
              **({"growth": args.growth, "risk_weight": args.risk_weight, "overlap_weight": args.overlap_weight}
                 if selection == "rieselect" else {}),
+             **({"coordinated": True} if args.coordinated_baselines and selection in ("random", "topk") else {}),
              "seed": int(seed)}
             for seed in args.seeds.split(",") for selection in SELECTIONS]
     runs = [one_run(job, done_dir) for job in jobs]

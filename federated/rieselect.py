@@ -92,8 +92,9 @@ class ContinualSettings:
     local_steps: int = 10
     budget_fraction: float = 0.25  # per client and round, of the full update's bytes
     risk_weight: float = 1.0
-    overlap_weight: float = 0.1  # rieselect: a layer outside this round's share of the client is worth this much
-    growth: float = 0.02  # nats: the second-order loss increase on earlier tasks one server step may add
+    overlap_weight: float = 0.0  # rieselect: a layer outside this round's share of the client is worth this much
+    coordinated: bool = False  # random, topk: this round's share first (rieselect's coverage, without its knapsack)
+    growth: float = 0.01  # nats: the second-order loss increase on earlier tasks one server step may add
     fisher_batches: int = 4
     seed: int = 0
 
@@ -252,10 +253,11 @@ def _select(settings: ContinualSettings, start: dict, delta: dict, utility: dict
     sizes = [packed_nbytes(delta[n].shape, "none") for n in names]
     if settings.selection == "full":
         return names
-    if settings.selection == "random":
-        return [names[i] for i in greedy_fill(rng.permutation(len(names)), sizes, budget)]
-    if settings.selection == "topk":
-        order = np.argsort([-float(np.linalg.norm(delta[n])) for n in names], kind="stable")
+    if settings.selection in ("random", "topk"):
+        order = (rng.permutation(len(names)) if settings.selection == "random"
+                 else np.argsort([-float(np.linalg.norm(delta[n])) for n in names], kind="stable"))
+        if settings.coordinated:
+            order = sorted(order, key=lambda i: names[i] not in share)  # stable: the share first, each part in order
         return [names[i] for i in greedy_fill(order, sizes, budget)]
     values = [(1.0 if n in share else settings.overlap_weight)
               * (utility[n] - settings.risk_weight * penalty_increase(start, delta, anchors, n)) for n in names]

@@ -183,6 +183,16 @@ def test_coverage_aware_knapsacks_send_more_of_the_model():
             union |= set(client_round(workload, settings, context, start, 1)[0])
         sent[overlap] = union
     assert len(sent[1.0]) == 1 and len(sent[0.1]) >= 3
+    # the ablation: coordinated random layers send the client's share first
+    settings = ContinualSettings(selection="random", clients=3, rounds_per_task=2, local_steps=4, budget_fraction=0.34,
+                                 coordinated=True)
+    budget = 0.34 * sum(packed_nbytes(x.shape, "none") for x in start.values())
+    shares = [round_share({n: x.shape for n, x in start.items()}, 3, partition, 1) for partition in range(3)]
+    fitting = [p for p in range(3) if sum(packed_nbytes(start[n].shape, "none") for n in shares[p]) <= budget]
+    assert len(fitting) == 2  # one share is a single layer too large to send
+    for partition in fitting:
+        context = Context(0, partition + 1, {"partition-id": partition, "num-partitions": 3}, RecordDict(), {})
+        assert shares[partition] <= set(client_round(workload, settings, context, start, 1)[0])
     with pytest.raises(ValueError, match="overlap_weight"):
         ContinualSettings(overlap_weight=1.5)
 
