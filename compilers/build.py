@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 from pathlib import Path
 
 import tvm
+import tvm_ffi
 from tvm import relax, tirx
 
 from .schedules import KERNEL_ATTR, schedule_conv2d_cpu, schedule_dense_cpu
@@ -47,6 +49,23 @@ def schedule_cpu_kernel(func):
     return func.with_attr("tirx.is_scheduled", True)
 
 
+def per_structure(schedule_fn):
+    """``schedule_fn(func, *args)`` run once per structurally equal ``func`` and ``args`` (TVM objects
+    such as targets are compared by structure too): a model's layers share a few shapes, and
+    dlight takes a fraction of a second per kernel. The last 256 results are kept."""
+
+    @functools.lru_cache(maxsize=256)
+    def keyed(*keys):
+        return schedule_fn(*(k.key if isinstance(k, tvm_ffi.StructuralKey) else k for k in keys))
+
+    @functools.wraps(schedule_fn)
+    def cached(*args):
+        return keyed(*(tvm_ffi.StructuralKey(a) if isinstance(a, tvm_ffi.Object) else a for a in args))
+
+    return cached
+
+
+@per_structure
 def gpu_schedule(func, target):
     """The first of dlight's GPU rules that applies to ``func``; its fallback rule otherwise.
 

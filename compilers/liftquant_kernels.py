@@ -43,7 +43,7 @@ from edgekit.simulators.formats import LiftQuantFormat, get_liftquant_format
 from edgekit.simulators.liftquant import LiftQuantTensor
 from edgekit.simulators.liftquant_layout import row_bytes
 
-from .build import gpu_schedule
+from .build import gpu_schedule, per_structure
 from .schedules import add_kernel
 from .tir_decode import scale_value, u32
 
@@ -394,6 +394,7 @@ def specialize_cpu_gemv(func, target):
 GPU_THREADS = 256
 
 
+@per_structure
 def schedule_rotate_gpu(func, threads: int = GPU_THREADS):
     """CUDA schedule of :func:`rotate_kernel`: every stage's elements over blocks of ``threads`` threads.
 

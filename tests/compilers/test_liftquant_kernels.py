@@ -22,6 +22,7 @@ from edgekit.compilers.liftquant_kernels import (
     layer_module,
     rotate_kernel,
     schedule_cpu,
+    schedule_rotate_gpu,
     transpose_codes,
 )
 from edgekit.simulators.liftquant import quantize
@@ -151,6 +152,17 @@ def test_cuda_kernels_build_with_nvcc(tmp_path):
         cu.write_text(source)
         result = nvcc_cubin(cu, "sm_90", tmp_path / f"liftquant{i}.cubin")
         assert result["built"], result
+
+
+def test_gpu_schedules_are_made_once_per_kernel_structure():
+    """Layers of one shape and format share their GPU schedules; another shape or target gets its own."""
+    same = [layer_kernels(tensor("16to8", (33, 96), None, False, seed)) for seed in (0, 1)]
+    other = layer_kernels(tensor("16to8", (40, 128), None, False))
+    gemvs = [gpu_schedule(k.gemv, tvm.target.Target(SM90)) for k in (*same, other)]
+    assert gemvs[0].same_as(gemvs[1]) and not gemvs[0].same_as(gemvs[2])
+    assert not gemvs[0].same_as(gpu_schedule(same[0].gemv, tvm.target.Target({"kind": "cuda", "arch": "sm_80"})))
+    rotations = [schedule_rotate_gpu(k.rotate) for k in (*same, other)]
+    assert rotations[0].same_as(rotations[1]) and not rotations[0].same_as(rotations[2])
 
 
 def test_bad_input():
