@@ -127,8 +127,12 @@ def nvcc_cubin(source_path: Path, arch: str, out_path: Path, timeout: float = 30
         return {"built": False, "arch": arch, "reason": f"nvcc took longer than {timeout:g} s for {arch}"}
     if result.returncode != 0:
         errors = [line for line in result.stderr.splitlines() if "error" in line or "fatal" in line]
-        return {"built": False, "arch": arch, "reason": f"nvcc failed for {arch}: "
-                f"{(errors or result.stderr.splitlines() or ['no message'])[0].strip()}"}
+        reason = f"nvcc failed for {arch}: {(errors or result.stderr.splitlines() or ['no message'])[0].strip()}"
+        if "Unsupported gpu architecture" in result.stderr:  # e.g. TVM's sm_50 for a bare "cuda" with no GPU here
+            codes = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, check=False).stdout.split()
+            reason += (f" (this nvcc builds {', '.join(codes) or 'no architecture it lists'}; name the GPU: a target "
+                       'such as h100, or {"kind": "cuda", "arch": "sm_90"})')
+        return {"built": False, "arch": arch, "reason": reason}
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout.strip().splitlines()
     return {"built": True, "arch": arch, "nvcc": version[-1] if version else "unknown"}
 

@@ -100,3 +100,13 @@ def test_nvcc_refusal_is_reported_not_raised(tmp_path):
     result = nvcc_cubin(cu, "sm_90", tmp_path / "bad.cubin")
     assert result["built"] is False and result["reason"].startswith("nvcc failed for sm_90: ")
     assert "error" in result["reason"]
+
+
+@needs_nvcc
+def test_an_architecture_nvcc_lacks_is_reported_with_what_it_builds(tmp_path):
+    """TVM's sm_50 for a bare "cuda" on a machine with no GPU: recent nvcc no longer builds it."""
+    cu = tmp_path / "k.cu"
+    cu.write_text("__global__ void k() {}\n")
+    result = nvcc_cubin(cu, "sm_10", tmp_path / "k.cubin")
+    assert result["built"] is False and "Unsupported gpu architecture" in result["reason"]
+    assert "this nvcc builds sm_" in result["reason"] and '"arch": "sm_90"' in result["reason"]
