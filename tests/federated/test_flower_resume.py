@@ -22,7 +22,7 @@ from edgekit.federated.checkpoint import load_checkpoint
 from edgekit.federated.flower_run import CONNECTION, LocalFederation, write_app
 from edgekit.federated.inproc_grid import InProcessGrid
 
-from . import toy_apps
+from . import job_apps, toy_apps
 from .toy import toy_workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,10 +56,10 @@ class FlowerLikeGrid(InProcessGrid):
     partitions), each run's client contexts new. It dies at the first exchange after ``dies``
     returns True (a killed run)."""
 
-    def __init__(self, settings: RunSettings, draw: int, dies=lambda: False):
+    def __init__(self, settings: RunSettings, draw: int, dies=lambda: False, apps=toy_apps):
         rng = random.Random(draw)
         run_config = settings.run_config()
-        super().__init__(toy_apps.client_app, settings.clients, run_config)
+        super().__init__(apps.client_app, settings.clients, run_config)
         base = rng.getrandbits(rng.choice([20, 63])) + settings.clients
         self.contexts = {base - i: Context(self.run.run_id, base - i,
                                            {"partition-id": i, "num-partitions": settings.clients},
@@ -77,9 +77,10 @@ class FlowerLikeGrid(InProcessGrid):
         return super().send_and_receive(messages, timeout=timeout)
 
 
-def serve(grid: FlowerLikeGrid, settings: RunSettings) -> dict:
-    """The toy ServerApp on ``grid``, as Flower's engines call it; the summary it wrote."""
-    toy_apps.server_app(grid=grid, context=Context(grid.run.run_id, 0, {}, RecordDict(), settings.run_config()))
+def serve(grid: FlowerLikeGrid, settings: RunSettings, apps=toy_apps) -> dict:
+    """The ServerApp of ``apps`` (the toy apps, or edgekit's: :mod:`.job_apps`) on ``grid``, as
+    Flower's engines call it; the summary it wrote."""
+    apps.server_app(grid=grid, context=Context(grid.run.run_id, 0, {}, RecordDict(), settings.run_config()))
     return json.loads(Path(settings.output).read_text())
 
 
@@ -99,6 +100,39 @@ def test_run_on_a_flower_like_grid_killed_and_resumed_ends_as_uninterrupted(tmp_
     assert again == whole  # the final parameters, every round's record, byte counts, simulated times
     assert any(r["network"] for r in whole["records"])  # lost transfers: the network's draws resumed too
     assert whole["nodes"] == [1000, 1001, 1002]  # shown by partition, as in process
+
+
+# The settings test_resume resumes them with in process (seconds); killed after round 3, past
+# FedRGL's warm-up (filter, pseudo-labels) and after RieSelect's clients took the first task's
+# Fisher anchors into their contexts, which round 4 needs for its risk scores.
+RUNNER_SETTINGS = {
+    "fedrgl": RunSettings(method="fedrgl", clients=3, rounds=4, warmup=2, inner_steps=2, noise="pair", drop=0.2),
+    "rieselect": RunSettings(method="rieselect", clients=2, rounds=4, inner_steps=1, tasks="email,json", drop=0.2),
+}
+
+
+@pytest.mark.parametrize("method", list(RUNNER_SETTINGS))
+def test_fedrgl_and_rieselect_on_a_flower_like_grid_killed_and_resumed_end_as_uninterrupted(tmp_path, method):
+    checkpoint = tmp_path / "run.ckpt"
+    settings = dataclasses.replace(RUNNER_SETTINGS[method], output=str(tmp_path / "whole.json"))
+    killed = dataclasses.replace(settings, checkpoint=str(checkpoint), output=str(tmp_path / "killed.json"))
+    resumed = dataclasses.replace(killed, output=str(tmp_path / "resumed.json"))
+    grids = [FlowerLikeGrid(settings, draw=1, apps=job_apps), FlowerLikeGrid(resumed, draw=3, apps=job_apps)]
+    whole = serve(grids[0], settings, job_apps)
+    after_three = lambda: checkpoint.exists() and load_checkpoint(checkpoint)["round"] >= 3
+    with pytest.raises(Killed):
+        serve(FlowerLikeGrid(killed, draw=2, dies=after_three, apps=job_apps), killed, job_apps)
+    assert load_checkpoint(checkpoint)["round"] == 3
+    again = serve(grids[1], resumed, job_apps)
+    assert again.pop("resumed_from") == 3 and whole.pop("resumed_from") == 0
+    assert again == whole  # the final parameters, every round's record, byte counts, simulated times
+    assert any(r["network"] for r in whole["records"])  # lost transfers: the network's draws resumed too
+    # RieSelect's clients keep the first task's Fisher anchors in their contexts (FedRGL's keep
+    # nothing); at this size round 4's knapsacks pick the same layers without them, so the contexts
+    # themselves are compared: the resumed clients got theirs back from the checkpoint
+    contexts = [{c.node_config["partition-id"]: c.state.object_id for c in grid.contexts.values()} for grid in grids]
+    assert contexts[1] == contexts[0]
+    assert any(len(c.state) for c in grids[0].contexts.values()) == (method == "rieselect")
 
 
 def test_checkpoints_are_refused_on_another_engine_or_configuration(tmp_path):
