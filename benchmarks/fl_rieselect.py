@@ -2,6 +2,7 @@
 
     nice python benchmarks/fl_rieselect.py [--clients 4] [--rounds-per-task 5] [--local-steps 10]
                                            [--budget 0.25] [--risk-weight 1] [--growth G]
+                                           [--overlap-weight W] [--coordinated-baselines]
                                            [--seeds 0,1] [-o benchmarks/results/fl_rieselect.json]
 
 The byte-level LM (LMConfig.tiny) learns stdlib packages in order (``edgekit.fl_job.
@@ -15,12 +16,21 @@ rieselect) sends at most ``--budget`` of the full update's payload bytes per rou
 RieSelect pays for its Fisher uploads (its shard of the finished task's Fisher, MXINT8, in
 the first round of each later task) out of that same round's budget. Message framing
 (tensor layout, metrics) is outside the budget for every method alike; the uplink column
-counts everything. ``full`` uploads every layer. ``--risk-weight`` and ``--growth`` apply to
-RieSelect only. Risk weight 1 is not tuned (utility and risk are both nats per byte). The
-growth bound (the Fisher penalty's largest increase per server step) was chosen on seed 0
-alone, average loss for growth 0.005 / 0.01 / 0.02 / 0.03 / 0.05 / 0.1: 2.977 / 2.889 / 2.801 /
-2.816 / 2.853 / 2.844 (at 0.1 the cap never bound); seeds 1-3 only confirm.
-``results/fl_rieselect_nocap.json`` is the same with ``--growth 1e9`` (the cap never binds).
+counts everything. ``full`` uploads every layer. ``--risk-weight``, ``--growth`` and
+``--overlap-weight`` apply to RieSelect only; all three were chosen on seed 0 alone at budget
+0.25, seeds 1-3 only confirm. Average loss on seed 0: overlap weight (risk 1, growth 0.02)
+0 / 0.1 / 0.3 / 1: 2.614 / 2.656 / 2.745 / 2.801 (1: independent knapsacks, the first
+version's arithmetic); risk weight (overlap 0.1, growth 0.02) 0.5 / 1 / 2: 2.662 / 2.656 /
+2.659, so 1 is kept; growth at overlap 0, 0.01 / 0.02 / 0.03: 2.606 / 2.614 / 2.612, at overlap
+0.1, 0.01 / 0.02 / 0.05: 2.652 / 2.656 / 2.709, at overlap 1, 0.005 / 0.01 / 0.02 / 0.03 / 0.05 /
+0.1: 2.977 / 2.889 / 2.801 / 2.816 / 2.853 / 2.844. With overlap 0 a client sends its share of
+the round at most, about ``1/clients`` of the model, so at budget 0.5 half the budget stays
+unsent; on seed 0 at 0.5, overlap 0 / 0.1 / 0.3: 2.616 / 2.681 / 2.581
+(``results/fl_rieselect_b0.5_overlap0.3.json`` is that choice on every seed).
+``--coordinated-baselines``: random and topk fill from the client's share of the round first,
+RieSelect's coverage without its knapsack (an ablation; the baselines proper choose each
+client's layers independently). ``results/fl_rieselect_nocap.json`` is ``--growth 1e9`` (the
+cap never binds).
 Every finished run is kept in ``<output stem>_runs/`` and reused.
 """
 
