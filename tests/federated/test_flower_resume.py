@@ -102,12 +102,13 @@ def test_run_on_a_flower_like_grid_killed_and_resumed_ends_as_uninterrupted(tmp_
     assert whole["nodes"] == [1000, 1001, 1002]  # shown by partition, as in process
 
 
-# The settings test_resume resumes them with in process (seconds); killed after round 3, past
-# FedRGL's warm-up (filter, pseudo-labels) and after RieSelect's clients took the first task's
-# Fisher anchors into their contexts, which round 4 needs for its risk scores.
+# Small runs of two clients (seconds in process), killed after round 2 of 3: past FedRGL's warm-up
+# (filter, pseudo-labels); RieSelect learns a task a round, so its clients have taken the first
+# task's Fisher anchors into their contexts, and round 3 needs them beside the second task's.
 RUNNER_SETTINGS = {
-    "fedrgl": RunSettings(method="fedrgl", clients=3, rounds=4, warmup=2, inner_steps=2, noise="pair", drop=0.2),
-    "rieselect": RunSettings(method="rieselect", clients=2, rounds=4, inner_steps=1, tasks="email,json", drop=0.2),
+    "fedrgl": RunSettings(method="fedrgl", clients=2, rounds=3, warmup=1, inner_steps=2, noise="pair", drop=0.2),
+    "rieselect": RunSettings(method="rieselect", clients=2, rounds=3, inner_steps=1, tasks="json,tomllib,html",
+                             drop=0.2),
 }
 
 
@@ -119,17 +120,16 @@ def test_fedrgl_and_rieselect_on_a_flower_like_grid_killed_and_resumed_end_as_un
     resumed = dataclasses.replace(killed, output=str(tmp_path / "resumed.json"))
     grids = [FlowerLikeGrid(settings, draw=1, apps=job_apps), FlowerLikeGrid(resumed, draw=3, apps=job_apps)]
     whole = serve(grids[0], settings, job_apps)
-    after_three = lambda: checkpoint.exists() and load_checkpoint(checkpoint)["round"] >= 3
+    after_two = lambda: checkpoint.exists() and load_checkpoint(checkpoint)["round"] >= 2
     with pytest.raises(Killed):
-        serve(FlowerLikeGrid(killed, draw=2, dies=after_three, apps=job_apps), killed, job_apps)
-    assert load_checkpoint(checkpoint)["round"] == 3
+        serve(FlowerLikeGrid(killed, draw=2, dies=after_two, apps=job_apps), killed, job_apps)
+    assert load_checkpoint(checkpoint)["round"] == 2
     again = serve(grids[1], resumed, job_apps)
-    assert again.pop("resumed_from") == 3 and whole.pop("resumed_from") == 0
+    assert again.pop("resumed_from") == 2 and whole.pop("resumed_from") == 0
     assert again == whole  # the final parameters, every round's record, byte counts, simulated times
     assert any(r["network"] for r in whole["records"])  # lost transfers: the network's draws resumed too
-    # RieSelect's clients keep the first task's Fisher anchors in their contexts (FedRGL's keep
-    # nothing); at this size round 4's knapsacks pick the same layers without them, so the contexts
-    # themselves are compared: the resumed clients got theirs back from the checkpoint
+    # RieSelect's clients keep Fisher anchors in their contexts (FedRGL's keep nothing); in runs this
+    # small the knapsacks pick the same layers without them, so the contexts themselves are compared
     contexts = [{c.node_config["partition-id"]: c.state.object_id for c in grid.contexts.values()} for grid in grids]
     assert contexts[1] == contexts[0]
     assert any(len(c.state) for c in grids[0].contexts.values()) == (method == "rieselect")
@@ -150,8 +150,8 @@ def test_checkpoints_are_refused_on_another_engine_or_configuration(tmp_path):
         serve(FlowerLikeGrid(other, draw=1, dies=lambda: True), other)  # refused before any exchange
 
 
-def app(tmp_path: Path, name: str, settings: RunSettings) -> Path:
-    return write_app(tmp_path / name, "tests.federated.toy_apps:server_app", "tests.federated.toy_apps:client_app",
+def app(tmp_path: Path, name: str, settings: RunSettings, apps: str = "toy_apps") -> Path:
+    return write_app(tmp_path / name, f"tests.federated.{apps}:server_app", f"tests.federated.{apps}:client_app",
                      settings.run_config())
 
 
@@ -159,9 +159,10 @@ def federation_config(simulation: bool) -> dict | None:
     return {"num-supernodes": SETTINGS.clients} if simulation else None
 
 
-def kill_after_round(federation: LocalFederation, app_dir: Path, checkpoint: Path, simulation: bool) -> int:
-    """Submit ``app_dir``, SIGKILL the flwr CLI and every process of the federation once a round
-    is in ``checkpoint``; the round the checkpoint holds then."""
+def kill_after_round(federation: LocalFederation, app_dir: Path, checkpoint: Path, simulation: bool,
+                     after: int = 1) -> int:
+    """Submit ``app_dir``, SIGKILL the flwr CLI and every process of the federation once round
+    ``after`` is in ``checkpoint``; the round the checkpoint holds then."""
     args = ["flwr", "run", str(app_dir), CONNECTION]
     for key, value in (federation_config(simulation) or {}).items():
         args += ["--federation-config", f"{key}={value}"]
@@ -169,7 +170,7 @@ def kill_after_round(federation: LocalFederation, app_dir: Path, checkpoint: Pat
                            start_new_session=True)
     try:
         deadline = time.monotonic() + 240
-        while not (checkpoint.exists() and load_checkpoint(checkpoint)["round"] >= 1):
+        while not (checkpoint.exists() and load_checkpoint(checkpoint)["round"] >= after):
             assert cli.poll() in (None, 0) and time.monotonic() < deadline, federation.log_tail("superlink")
             time.sleep(0.05)
     finally:
@@ -180,29 +181,37 @@ def kill_after_round(federation: LocalFederation, app_dir: Path, checkpoint: Pat
     return load_checkpoint(checkpoint)["round"]
 
 
-def resumes_exactly(tmp_path: Path, simulation: bool) -> None:
+def resumes_exactly(tmp_path: Path, simulation: bool, settings: RunSettings = SETTINGS, apps: str = "toy_apps") -> None:
+    """``settings`` run whole, and killed after its next-to-last round and resumed on a fresh
+    federation, with the apps of module ``apps``: the same summary, and the same final client
+    context states. For those the whole run keeps a checkpoint too (it is never resumed)."""
     checkpoint = tmp_path / "run.ckpt"
-    whole = dataclasses.replace(SETTINGS, output=str(tmp_path / "whole.json"))
-    killed = dataclasses.replace(SETTINGS, output=str(tmp_path / "killed.json"), checkpoint=str(checkpoint))
+    whole = dataclasses.replace(settings, output=str(tmp_path / "whole.json"), checkpoint=str(tmp_path / "whole.ckpt"))
+    killed = dataclasses.replace(settings, output=str(tmp_path / "killed.json"), checkpoint=str(checkpoint))
     resumed = dataclasses.replace(killed, output=str(tmp_path / "resumed.json"))
-    with LocalFederation(SETTINGS.clients, simulation=simulation, workdir=tmp_path / "first") as federation:
-        federation.flwr_run(app(tmp_path, "whole", whole), timeout_s=240,
+    with LocalFederation(settings.clients, simulation=simulation, workdir=tmp_path / "first") as federation:
+        federation.flwr_run(app(tmp_path, "whole", whole, apps), timeout_s=240,
                             federation_config=federation_config(simulation))
-        killed_at = kill_after_round(federation, app(tmp_path, "killed", killed), checkpoint, simulation)
-    assert 1 <= killed_at < SETTINGS.rounds, "the run finished before it could be killed"
+        killed_at = kill_after_round(federation, app(tmp_path, "killed", killed, apps), checkpoint, simulation,
+                                     after=settings.rounds - 1)
+    assert 1 <= killed_at < settings.rounds, "the run finished before it could be killed"
     assert not Path(killed.output).exists()
-    with LocalFederation(SETTINGS.clients, simulation=simulation, workdir=tmp_path / "second") as federation:
+    with LocalFederation(settings.clients, simulation=simulation, workdir=tmp_path / "second") as federation:
         other = dataclasses.replace(resumed, inner_steps=4)
-        with pytest.raises(RuntimeError, match=r"different configuration \(differs in inner-steps\)"):
-            federation.flwr_run(app(tmp_path, "other", other), timeout_s=240,
+        # a runner's checkpoint also records its method's settings, which differ with inner-steps
+        with pytest.raises(RuntimeError, match=r"different configuration \(differs in inner-steps\b"):
+            federation.flwr_run(app(tmp_path, "other", other, apps), timeout_s=240,
                                 federation_config=federation_config(simulation))
-        federation.flwr_run(app(tmp_path, "resumed", resumed), timeout_s=240,
+        federation.flwr_run(app(tmp_path, "resumed", resumed, apps), timeout_s=240,
                             federation_config=federation_config(simulation))
     a, b = (json.loads(Path(s.output).read_text()) for s in (whole, resumed))
     assert b.pop("resumed_from") == killed_at and a.pop("resumed_from") == 0
     assert b["final_sha256"] == a["final_sha256"]
     assert b == a  # every round's record, the byte counts and simulated times too
     assert any(r["network"] for r in a["records"])  # a transfer was lost: the network's draws resumed
+    states = [{node: saved["root"] for node, saved in load_checkpoint(path)["grid"]["inner"]["states"].items()}
+              for path in (whole.checkpoint, checkpoint)]
+    assert states[1] == states[0]  # AdamW moments, Fisher anchors: what the clients' contexts ended with
 
 
 # Four submissions and two federations each: 3 to 5 minutes apiece on a busy 2-core machine
@@ -219,3 +228,11 @@ def test_deployment_run_killed_and_resumed_ends_as_uninterrupted(tmp_path):
 @needs_deployment
 def test_ray_run_killed_and_resumed_ends_as_uninterrupted(tmp_path):
     resumes_exactly(tmp_path, simulation=True)
+
+
+# edgekit's apps: each ClientApp process also builds its method's data (graph clients, stdlib tasks)
+@pytest.mark.slow
+@needs_deployment
+@pytest.mark.parametrize("method", list(RUNNER_SETTINGS))
+def test_deployment_fedrgl_and_rieselect_runs_killed_and_resumed_end_as_uninterrupted(tmp_path, method):
+    resumes_exactly(tmp_path, simulation=False, settings=RUNNER_SETTINGS[method], apps="job_apps")
