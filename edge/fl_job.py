@@ -424,10 +424,6 @@ def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint
         raise ValueError(f"unknown engine {engine!r}; allowed: {', '.join(ENGINES)}")
     if superlink is not None and engine != "deployment":
         raise ValueError(f"a SuperLink address applies to the deployment engine, not to {engine!r}")
-    if checkpoint and engine != "inproc" and settings.method in RUNNERS:
-        # no test has resumed them on Flower's engines yet (only diloco and gossip), so a resumed run
-        # there is not known to end as the uninterrupted one
-        raise ValueError(f"checkpoints of {settings.method} are supported on the inproc engine only, not on {engine}")
     output = Path(output).resolve()
     if engine == "inproc":
         result, grid = run_inproc(settings, checkpoint=str(checkpoint) if checkpoint else None, on_round=on_round)

@@ -230,7 +230,8 @@ def test_ray_run_killed_and_resumed_ends_as_uninterrupted(tmp_path):
     resumes_exactly(tmp_path, simulation=True)
 
 
-# edgekit's apps: each ClientApp process also builds its method's data (graph clients, stdlib tasks)
+# edgekit's apps, each ClientApp process also building its method's data (graph clients, stdlib
+# tasks): about 6.5 minutes apiece on a busy 2-core machine (load 5, pinned to one core).
 @pytest.mark.slow
 @needs_deployment
 @pytest.mark.parametrize("method", list(RUNNER_SETTINGS))

@@ -108,10 +108,3 @@ def test_stopped_fedrgl_and_rieselect_runs_resume_to_the_same_result(tmp_path, m
     with pytest.raises(ValueError, match=r"different configuration \(differs in .*\bseed\b"):
         run_inproc(other, checkpoint=str(checkpoint))
 
-
-def test_fedrgl_and_rieselect_checkpoints_are_for_the_inproc_engine(tmp_path):
-    from edgekit.federated.apps import RunSettings
-    from edgekit.fl_job import run_fl
-
-    with pytest.raises(ValueError, match="checkpoints of rieselect are supported on the inproc engine only, not on ray"):
-        run_fl(RunSettings(method="rieselect", rounds=3), "ray", tmp_path / "r.json", checkpoint=tmp_path / "c.ckpt")
