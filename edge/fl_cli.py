@@ -156,8 +156,7 @@ def fl():
                    "starting one with SuperNodes on 127.0.0.1.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Checkpoint file, rewritten every round; the same command resumes from it and ends as an "
-                   "uninterrupted run would (ray, deployment: a path on the SuperLink's machine; fedrgl, "
-                   "rieselect: inproc only).")
+                   "uninterrupted run would (ray, deployment: a path on the SuperLink's machine).")
 @click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
               help="PyTorch threads (clients run one after another; more threads than free cores slow it down).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default="fl.json",
