@@ -91,7 +91,7 @@ def test_stopped_fedrgl_and_rieselect_runs_resume_to_the_same_result(tmp_path, m
     from edgekit.fl_job import run_inproc
 
     settings = RunSettings(method=method, drop=0.1, **options)
-    whole, _ = run_inproc(settings)
+    whole, whole_grid = run_inproc(settings)
 
     def stop_after(record):
         if record.round == stop:
@@ -101,9 +101,14 @@ def test_stopped_fedrgl_and_rieselect_runs_resume_to_the_same_result(tmp_path, m
     with pytest.raises(Killed):
         run_inproc(settings, checkpoint=str(checkpoint), on_round=stop_after)
     assert load_checkpoint(checkpoint)["round"] == stop
-    resumed, _ = run_inproc(settings, checkpoint=str(checkpoint))
+    resumed, resumed_grid = run_inproc(settings, checkpoint=str(checkpoint))
     assert resumed.resumed_from == stop
     assert_same_run(resumed, whole)
+    # RieSelect's clients hold Fisher anchors (FedRGL's nothing); at this size the knapsacks choose
+    # alike without them, so the clients' final contexts are compared too
+    contexts = [{node: c.state.object_id for node, c in grid.inner.contexts.items()}
+                for grid in (whole_grid, resumed_grid)]
+    assert contexts[1] == contexts[0]
     other = dataclasses.replace(settings, seed=1)
     with pytest.raises(ValueError, match=r"different configuration \(differs in .*\bseed\b"):
         run_inproc(other, checkpoint=str(checkpoint))
