@@ -22,7 +22,8 @@ generated. Every finished run is kept in ``<output stem>_runs/`` and reused whil
 (settings included) is unchanged. The results
 files: the defaults (``fl_fedrgl.json``), ``--graphs csbm --noises pair:0.4,uniform:0.5 -o
 benchmarks/results/fl_fedrgl_csbm_hard.json`` and ``--graphs cora,citeseer --clients 10
---noises pair:0.3 --seeds 0,1,2 -o benchmarks/results/fl_fedrgl_10clients.json``.
+--noises pair:0.3 --seeds 0,1,2 -o benchmarks/results/fl_fedrgl_10clients.json`` (its
+results file also has ``fedrgl (count weights)``: every method named in ``--methods``).
 """
 
 from __future__ import annotations
