@@ -237,3 +237,11 @@ def test_ray_run_killed_and_resumed_ends_as_uninterrupted(tmp_path):
 @pytest.mark.parametrize("method", list(RUNNER_SETTINGS))
 def test_deployment_fedrgl_and_rieselect_runs_killed_and_resumed_end_as_uninterrupted(tmp_path, method):
     resumes_exactly(tmp_path, simulation=False, settings=RUNNER_SETTINGS[method], apps="job_apps")
+
+
+@pytest.mark.slow
+@needs_ray
+@needs_deployment
+@pytest.mark.parametrize("method", list(RUNNER_SETTINGS))
+def test_ray_fedrgl_and_rieselect_runs_killed_and_resumed_end_as_uninterrupted(tmp_path, method):
+    resumes_exactly(tmp_path, simulation=True, settings=RUNNER_SETTINGS[method], apps="job_apps")
