@@ -84,21 +84,31 @@ def serve(grid: FlowerLikeGrid, settings: RunSettings, apps=toy_apps) -> dict:
     return json.loads(Path(settings.output).read_text())
 
 
-@pytest.mark.parametrize("method", ["diloco", "gossip"])
-def test_run_on_a_flower_like_grid_killed_and_resumed_ends_as_uninterrupted(tmp_path, method):
+def killed_and_resumed(tmp_path: Path, settings: RunSettings, after: int, apps=toy_apps) -> tuple:
+    """``settings`` served whole, and killed after round ``after`` and resumed, each on a grid of
+    its own draw, with the checks every such run passes; (the whole run's summary, the grids
+    of the whole and the resumed runs)."""
     checkpoint = tmp_path / "run.ckpt"
-    settings = dataclasses.replace(SETTINGS, method=method, clients=3, rounds=3, mixing_steps=1,
-                                   output=str(tmp_path / "whole.json"))
+    settings = dataclasses.replace(settings, output=str(tmp_path / "whole.json"))
     killed = dataclasses.replace(settings, checkpoint=str(checkpoint), output=str(tmp_path / "killed.json"))
     resumed = dataclasses.replace(killed, output=str(tmp_path / "resumed.json"))
-    whole = serve(FlowerLikeGrid(settings, draw=1), settings)
+    grids = [FlowerLikeGrid(settings, draw=1, apps=apps), FlowerLikeGrid(resumed, draw=3, apps=apps)]
+    whole = serve(grids[0], settings, apps)
+    dies = lambda: checkpoint.exists() and load_checkpoint(checkpoint)["round"] >= after
     with pytest.raises(Killed):
-        serve(FlowerLikeGrid(killed, draw=2, dies=checkpoint.exists), killed)
-    assert load_checkpoint(checkpoint)["round"] == 1
-    again = serve(FlowerLikeGrid(resumed, draw=3), resumed)
-    assert again.pop("resumed_from") == 1 and whole.pop("resumed_from") == 0
+        serve(FlowerLikeGrid(killed, draw=2, dies=dies, apps=apps), killed, apps)
+    assert load_checkpoint(checkpoint)["round"] == after
+    again = serve(grids[1], resumed, apps)
+    assert again.pop("resumed_from") == after and whole.pop("resumed_from") == 0
     assert again == whole  # the final parameters, every round's record, byte counts, simulated times
     assert any(r["network"] for r in whole["records"])  # lost transfers: the network's draws resumed too
+    return whole, grids
+
+
+@pytest.mark.parametrize("method", ["diloco", "gossip"])
+def test_run_on_a_flower_like_grid_killed_and_resumed_ends_as_uninterrupted(tmp_path, method):
+    settings = dataclasses.replace(SETTINGS, method=method, clients=3, rounds=3, mixing_steps=1)
+    whole, _ = killed_and_resumed(tmp_path, settings, after=1)
     assert whole["nodes"] == [1000, 1001, 1002]  # shown by partition, as in process
 
 
@@ -114,20 +124,7 @@ RUNNER_SETTINGS = {
 
 @pytest.mark.parametrize("method", list(RUNNER_SETTINGS))
 def test_fedrgl_and_rieselect_on_a_flower_like_grid_killed_and_resumed_end_as_uninterrupted(tmp_path, method):
-    checkpoint = tmp_path / "run.ckpt"
-    settings = dataclasses.replace(RUNNER_SETTINGS[method], output=str(tmp_path / "whole.json"))
-    killed = dataclasses.replace(settings, checkpoint=str(checkpoint), output=str(tmp_path / "killed.json"))
-    resumed = dataclasses.replace(killed, output=str(tmp_path / "resumed.json"))
-    grids = [FlowerLikeGrid(settings, draw=1, apps=job_apps), FlowerLikeGrid(resumed, draw=3, apps=job_apps)]
-    whole = serve(grids[0], settings, job_apps)
-    after_two = lambda: checkpoint.exists() and load_checkpoint(checkpoint)["round"] >= 2
-    with pytest.raises(Killed):
-        serve(FlowerLikeGrid(killed, draw=2, dies=after_two, apps=job_apps), killed, job_apps)
-    assert load_checkpoint(checkpoint)["round"] == 2
-    again = serve(grids[1], resumed, job_apps)
-    assert again.pop("resumed_from") == 2 and whole.pop("resumed_from") == 0
-    assert again == whole  # the final parameters, every round's record, byte counts, simulated times
-    assert any(r["network"] for r in whole["records"])  # lost transfers: the network's draws resumed too
+    _, grids = killed_and_resumed(tmp_path, RUNNER_SETTINGS[method], after=2, apps=job_apps)
     # RieSelect's clients keep Fisher anchors in their contexts (FedRGL's keep nothing); in runs this
     # small the knapsacks pick the same layers without them, so the contexts themselves are compared
     contexts = [{c.node_config["partition-id"]: c.state.object_id for c in grid.contexts.values()} for grid in grids]
