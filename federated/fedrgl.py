@@ -306,7 +306,7 @@ def aggregation_weights(metrics: Sequence[dict], settings: GraphSettings, server
     if settings.method == "fedrgl" and settings.entropy_weighting and server_round > settings.warmup:
         entropy = np.array([max(float(m["entropy"]), 1e-6) for m in metrics])
         if settings.entropy_reference != "none":
-            entropy = entropy / np.array([max(float(m[f"{settings.entropy_reference}_entropy"]), 1e-6) for m in metrics])
+            entropy = entropy / np.array([max(float(m["predicted_entropy"]), 1e-6) for m in metrics])
         weights = weights * entropy ** -settings.entropy_power
     return weights / weights.sum()
 
