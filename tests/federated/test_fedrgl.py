@@ -128,6 +128,27 @@ def test_methods_end_to_end_on_the_engine():
     assert all(np.array_equal(again.final[k], results["fedrgl"].final[k]) for k in again.final)  # seeded
     with pytest.raises(ValueError, match="unknown graph method 'gat'; allowed: fedavg, fedprox, fedavg\\+filter, fedrgl"):
         GraphSettings(method="gat")
+    with pytest.raises(TypeError, match="mu must be float, got '0.01'"):
+        GraphSettings(mu="0.01")  # from a ConfigRecord: refused at once, not by every client every round
+    with pytest.raises(TypeError, match="hidden must be int, got 2.5"):
+        GraphSettings(hidden=2.5)
+    with pytest.raises(ValueError, match="fedrgl_mu must be non-negative, got -0.1"):
+        GraphSettings(fedrgl_mu=-0.1)
+    with pytest.raises(ValueError, match="lr must be positive, got 0"):
+        GraphSettings(lr=0)
+
+
+def test_proximal_term_of_each_method():
+    assert [GraphSettings(method=m).proximal_weight for m in ("fedavg", "fedavg+filter", "fedprox", "fedrgl")] == \
+        [0.0, 0.0, 0.01, 0.001]
+    # the term pulls a round's update towards the global model: the weaker the term, the further it goes
+    g = csbm(300, 3, 24, homophily=0.85, signal=1.2, seed=4)
+    [data] = client_data(g, 1, noise="pair", rate=0.2, seed=0)
+    start = parameters_of(build_gcn(24, 3, GraphSettings()))
+    drift = {mu: sum(float(np.sum((local_round(data, start, GraphSettings(fedrgl_mu=mu, warmup=0), 1, 0).params[k]
+                                   - start[k]) ** 2)) for k in start)
+             for mu in (0.0, 0.001, 1.0)}
+    assert drift[0.0] > drift[0.001] > drift[1.0]
 
 
 def test_entropy_weights_scale_with_client_size_and_are_tempered():
