@@ -307,6 +307,8 @@ def make_server_app(workload_for: Callable[[RunSettings], Workload],
         else:
             result = execute(settings, workload_for(settings), network_grid, checkpoint=settings.checkpoint or None,
                              on_round=progress)
+        if nodes.keep_state:  # real traffic outside the simulated links (see FlowerNodes)
+            result.summary["checkpoint_state_bytes"] = dict(nodes.state_bytes)
         on_result(settings, result, network_grid)
 
     return app

@@ -12,7 +12,8 @@ checkpoint exactly as the in-process engine does, :class:`FlowerNodes`
   :meth:`state`, and after a resume hands it back with the node's first message.
 
 It sits below the NetworkGrid: what it adds to messages is not part of the simulated
-traffic, as the in-process engine's checkpoints cost none either.
+traffic, as the in-process engine's checkpoints cost none either. It is real traffic on these
+engines, so it is counted apart, in :attr:`FlowerNodes.state_bytes`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_conte
 
 from .inproc_grid import FIRST_NODE_ID
 from .network_grid import ExchangeGrid
-from .wire import wire_objects
+from .wire import nbytes, wire_objects
 
 PARTITION_QUERY = "query.partition"
 STATE_PREFIX = "edgekit.state."  # a context state record travelling in a message
@@ -74,6 +75,9 @@ class FlowerNodes(ExchangeGrid):
         self.shown: dict[int, int] = {}  # Flower's node id -> shown id
         self.states: dict[int, dict] = {}  # shown id -> its context state's records
         self.restore: set[int] = set()  # shown ids whose next message restores their state
+        # serialized size of what travels for checkpoints: "down" the requests and restored
+        # states, "up" the states in the replies (kept in the checkpoint: a resumed run goes on counting)
+        self.state_bytes = {"up": 0, "down": 0}
         self._ask_partitions(timeout)
 
     def _ask_partitions(self, timeout: float | None) -> None:
@@ -103,10 +107,12 @@ class FlowerNodes(ExchangeGrid):
             content = RecordDict(dict(message.content))  # the caller's message stays as it was
             if self.keep_state:
                 content[SEND_STATE] = ConfigRecord()
+                self.state_bytes["down"] += nbytes(content[SEND_STATE])
             if shown in self.restore:
                 self.restore.discard(shown)
                 for name, record in self.states.get(shown, {}).items():
                     content[STATE_PREFIX + name] = record
+                    self.state_bytes["down"] += nbytes(record)
             outgoing.append(Message(content, self.node_of[shown], message.metadata.message_type,
                                     ttl=message.metadata.ttl, group_id=message.metadata.group_id))
         replies = list(self.inner.send_and_receive(outgoing, timeout=timeout))
@@ -117,6 +123,7 @@ class FlowerNodes(ExchangeGrid):
                 names = [name for name in reply.content if name.startswith(STATE_PREFIX)]
                 if names:
                     self.states[shown] = {name[len(STATE_PREFIX):]: reply.content[name] for name in names}
+                    self.state_bytes["up"] += sum(nbytes(reply.content[name]) for name in names)
                 for name in names:
                     del reply.content[name]
         return replies
@@ -129,7 +136,7 @@ class FlowerNodes(ExchangeGrid):
         for shown, records in self.states.items():
             state = RecordDict(records)
             states[shown] = {"root": state.object_id, "objects": wire_objects(state)}
-        return {"engine": ENGINE, "states": states}
+        return {"engine": ENGINE, "states": states, "state_bytes": dict(self.state_bytes)}
 
     def load_state(self, state: dict) -> None:
         if not isinstance(state, dict) or state.get("engine") != ENGINE:
@@ -138,3 +145,4 @@ class FlowerNodes(ExchangeGrid):
         self.states = {shown: dict(inflate_object_from_contents(saved["root"], dict(saved["objects"])))
                        for shown, saved in state["states"].items()}
         self.restore = set(self.states)
+        self.state_bytes = dict(state["state_bytes"])

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 from flwr.app import Context, RecordDict
+from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 from flwr.supercore.task_identity import TaskIdentity
 
 from edgekit.federated.apps import RunSettings, run_in_process
 from edgekit.federated.checkpoint import load_checkpoint
 from edgekit.federated.flower_run import CONNECTION, LocalFederation, write_app
 from edgekit.federated.inproc_grid import InProcessGrid
+from edgekit.federated.wire import nbytes
 
 from . import job_apps, toy_apps
 from .toy import toy_workload
@@ -84,12 +86,28 @@ def serve(grid: FlowerLikeGrid, settings: RunSettings, apps=toy_apps) -> dict:
     return json.loads(Path(settings.output).read_text())
 
 
+def states_size(saved: dict) -> int:
+    """Serialized size of the client context states' records in checkpoint ``saved``."""
+    return sum(nbytes(record) for node in saved["grid"]["inner"]["states"].values()
+               for record in inflate_object_from_contents(node["root"], dict(node["objects"])).values())
+
+
+def pop_state_traffic(whole: dict, resumed: dict, restored: int) -> None:
+    """Take the bytes of the context states carried for checkpoints out of both summaries, and
+    check them: counted apart from the simulated links and resumed with the checkpoint, they are
+    the whole run's plus the ``restored`` bytes handed back to the clients after the kill."""
+    carried, uninterrupted = (s["summary"].pop("checkpoint_state_bytes") for s in (resumed, whole))
+    assert carried == {"up": uninterrupted["up"], "down": uninterrupted["down"] + restored}
+    assert uninterrupted["down"] > 0 and (uninterrupted["up"] > 0) == (restored > 0)  # requests; states where kept
+
+
 def killed_and_resumed(tmp_path: Path, settings: RunSettings, after: int, apps=toy_apps) -> tuple:
     """``settings`` served whole, and killed after round ``after`` and resumed, each on a grid of
     its own draw, with the checks every such run passes; (the whole run's summary, the grids
     of the whole and the resumed runs)."""
     checkpoint = tmp_path / "run.ckpt"
-    settings = dataclasses.replace(settings, output=str(tmp_path / "whole.json"))
+    # the whole run keeps a checkpoint too (never resumed), so that its clients carry their states as well
+    settings = dataclasses.replace(settings, output=str(tmp_path / "whole.json"), checkpoint=str(tmp_path / "whole.ckpt"))
     killed = dataclasses.replace(settings, checkpoint=str(checkpoint), output=str(tmp_path / "killed.json"))
     resumed = dataclasses.replace(killed, output=str(tmp_path / "resumed.json"))
     grids = [FlowerLikeGrid(settings, draw=1, apps=apps), FlowerLikeGrid(resumed, draw=3, apps=apps)]
@@ -98,8 +116,10 @@ def killed_and_resumed(tmp_path: Path, settings: RunSettings, after: int, apps=t
     with pytest.raises(Killed):
         serve(FlowerLikeGrid(killed, draw=2, dies=dies, apps=apps), killed, apps)
     assert load_checkpoint(checkpoint)["round"] == after
+    restored = states_size(load_checkpoint(checkpoint))
     again = serve(grids[1], resumed, apps)
     assert again.pop("resumed_from") == after and whole.pop("resumed_from") == 0
+    pop_state_traffic(whole, again, restored)
     assert again == whole  # the final parameters, every round's record, byte counts, simulated times
     assert any(r["network"] for r in whole["records"])  # lost transfers: the network's draws resumed too
     return whole, grids
@@ -193,6 +213,7 @@ def resumes_exactly(tmp_path: Path, simulation: bool, settings: RunSettings = SE
                                      after=settings.rounds - 1)
     assert 1 <= killed_at < settings.rounds, "the run finished before it could be killed"
     assert not Path(killed.output).exists()
+    restored = states_size(load_checkpoint(checkpoint))
     with LocalFederation(settings.clients, simulation=simulation, workdir=tmp_path / "second") as federation:
         other = dataclasses.replace(resumed, inner_steps=4)
         # a runner's checkpoint also records its method's settings, which differ with inner-steps
@@ -203,6 +224,7 @@ def resumes_exactly(tmp_path: Path, simulation: bool, settings: RunSettings = SE
                             federation_config=federation_config(simulation))
     a, b = (json.loads(Path(s.output).read_text()) for s in (whole, resumed))
     assert b.pop("resumed_from") == killed_at and a.pop("resumed_from") == 0
+    pop_state_traffic(a, b, restored)
     assert b["final_sha256"] == a["final_sha256"]
     assert b == a  # every round's record, the byte counts and simulated times too
     assert any(r["network"] for r in a["records"])  # a transfer was lost: the network's draws resumed
