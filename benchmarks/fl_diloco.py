@@ -3,14 +3,15 @@
     nice python benchmarks/fl_diloco.py [--rounds 20] [--inner-steps 20] [--bandwidths 2Mbit,10Mbit,100Mbit]
                                         [--topology exponential] [--mix-momentum]
                                         [--methods diloco:0,gossip:0,gossip:1,gossip:2]
-                                        [--conditions healthy,faults] [--jobs 2]
+                                        [--conditions healthy,faults] [--compression none] [--jobs 2]
                                         [-o benchmarks/results/fl_diloco.json]
 
 8 workers train the byte-level LM (``edgekit.fl_job``: LMConfig.tiny, data split by file) on
 the in-process engine. Every method runs at every bandwidth, once on a healthy network and
 once with faults: every link down in 10% of its 2-second outage periods and client 3
 computing 3x slower. Methods: DiLoCo, and gossip DiLoCo with k = 0, 1, 2 blocking mixing
-steps. The simulated device is a Raspberry Pi 4 at 10% of its fp32 peak (11.5 GFLOP/s);
+steps; ``--compression`` runs each also with its exchanged tensors in MX formats (``none``,
+``mxint8``, ``mxfp4``). The simulated device is a Raspberry Pi 4 at 10% of its fp32 peak (11.5 GFLOP/s);
 latency 50 ms. Runs go to separate processes, one PyTorch thread each; each finished run is kept in
 ``<output stem>_runs/`` and reused when the grid is run again with the same settings.
 
@@ -19,7 +20,8 @@ against simulated wall-clock for every (condition, bandwidth), and one six-panel
 (condition, bandwidth) (loss against wall-clock and against steps, disagreement, utilization,
 bytes, round time). The
 goal check: at each bandwidth where DiLoCo's utilization is below 60% on the healthy network,
-does gossip with k = 0 reach 95% utilization with a final loss within 2% of DiLoCo's?
+does gossip with k = 0 reach 95% utilization with a final loss within 2% of DiLoCo's (both
+uncompressed)?
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ CONDITIONS = ("healthy", "faults")
 
 def run_name(job: dict) -> str:
     return (f"{job['method']}_k{job['mixing_steps']}_{job['bandwidth_bps'] / 1e6:g}Mbit_"
-            f"{'faults' if job.get('outage') else 'healthy'}")
+            f"{'faults' if job.get('outage') else 'healthy'}"
+            + ("" if job["compression"] == "none" else f"_{job['compression']}"))
 
 
 def one_run(job: dict, done_dir: Path) -> dict:
@@ -57,8 +60,7 @@ def one_run(job: dict, done_dir: Path) -> dict:
     torch.set_num_threads(1)
     result, grid = run_in_process(settings, workload_for)
     sections = report_sections(settings, result, "inproc", grid)
-    print(f"done {job['method']} k={job['mixing_steps']} {job['bandwidth_bps'] / 1e6:g} Mbit "
-          f"{'faults' if job.get('outage') else 'healthy'}: loss {sections['summary']['final_loss']:.4f}, "
+    print(f"done {run_name(job)}: loss {sections['summary']['final_loss']:.4f}, "
           f"utilization {sections['summary']['utilization']:.3f}", flush=True)
     atomic_write(kept, json.dumps(sections) + "\n")
     return sections
@@ -72,7 +74,8 @@ def goal_check(runs: list[dict]) -> list[dict]:
     rows = []
     for bandwidth in sorted({r["settings"]["bandwidth-bps"] for r in runs}):
         pick = {(r["settings"]["method"], r["settings"]["mixing-steps"]): r["summary"] for r in runs
-                if r["settings"]["bandwidth-bps"] == bandwidth and condition_of(r) == "healthy"}
+                if r["settings"]["bandwidth-bps"] == bandwidth and condition_of(r) == "healthy"
+                and r["settings"]["compression"] == "none"}
         if ("diloco", 0) not in pick or ("gossip", 0) not in pick:
             continue
         diloco, gossip = pick[("diloco", 0)], pick[("gossip", 0)]
@@ -90,9 +93,10 @@ def loss_grid_plot(runs: list[dict], path: Path) -> None:
     from edgekit.simulators.files import atomic_write
 
     bandwidths = sorted({r["settings"]["bandwidth-bps"] for r in runs})
-    fig, axes = plt.subplots(len(CONDITIONS), len(bandwidths), figsize=(4.2 * len(bandwidths), 3.4 * len(CONDITIONS)),
+    conditions = [c for c in CONDITIONS if any(condition_of(r) == c for r in runs)]
+    fig, axes = plt.subplots(len(conditions), len(bandwidths), figsize=(4.2 * len(bandwidths), 3.4 * len(conditions)),
                              squeeze=False, sharey=True)
-    for i, condition in enumerate(CONDITIONS):
+    for i, condition in enumerate(conditions):
         for j, bandwidth in enumerate(bandwidths):
             ax = axes[i][j]
             for r in runs:
@@ -115,6 +119,7 @@ def loss_grid_plot(runs: list[dict], path: Path) -> None:
 
 
 def main():
+    from edgekit.federated.apps import RunSettings
     from edgekit.fl_cli import parse_rate
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -126,15 +131,22 @@ def main():
     parser.add_argument("--methods", default="diloco:0,gossip:0,gossip:1,gossip:2",
                         help="method:k pairs (k: blocking mixing steps of gossip)")
     parser.add_argument("--conditions", default=",".join(CONDITIONS))
+    parser.add_argument("--compression", default="none", help="comma-separated: none, mxint8, mxfp4")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_diloco.json"))
     args = parser.parse_args()
     os.environ.setdefault("EDGEKIT_CACHE_DIR", "/tmp/fl-cache")
     jobs = [{"method": method, "mixing_steps": int(k), "topology": args.topology, "mix_momentum": args.mix_momentum,
              "clients": 8, "rounds": args.rounds, "inner_steps": args.inner_steps, "bandwidth_bps": parse_rate(bw),
-             "latency_s": 0.05, **(FAULTS if condition == "faults" else {})}
+             "latency_s": 0.05, "compression": compression, **(FAULTS if condition == "faults" else {})}
             for condition in args.conditions.split(",") for bw in args.bandwidths.split(",")
+            for compression in args.compression.split(",")
             for method, k in (item.split(":") for item in args.methods.split(","))]
+    try:
+        for job in jobs:
+            RunSettings(**job)  # bad settings are refused here, before any run
+    except ValueError as error:
+        parser.error(str(error))
     done_dir = args.output.with_name(f"{args.output.stem}_runs")
     done_dir.mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(args.jobs) as pool:

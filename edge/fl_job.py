@@ -285,6 +285,8 @@ def run_label(settings: dict) -> str:
         method = f"{settings['graph-method']} {settings['graph']} {settings['noise']} {settings['noise-rate']:g}"
     elif method == "rieselect":
         method = f"{settings['selection']} uplink" + ("" if settings["selection"] == "full" else f" {settings['budget']:g}")
+    if settings.get("compression", "none") != "none":
+        method += f" {settings['compression']}"
     return method
 
 

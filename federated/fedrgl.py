@@ -75,7 +75,7 @@ class GraphSettings:
     mu: float = 0.01  # fedprox: weight of the proximal term
     # FedRGL's own proximal term, ten times weaker than FedProx's: it keeps noisy clients from
     # drifting to their noise without slowing the warm-up that the filter then relies on
-    # (at 0.01 the global model was still near chance at round 10 on CiteSeer). Chosen on the
+    # (at 0.01 the global model was still at chance at round 8 on CiteSeer). Chosen on the
     # tuning runs (seed 9, see the README); 0 is FedRGL without it.
     fedrgl_mu: float = 0.001
     threshold_std: float = 0.0  # the filter's threshold: class mean + this many class standard deviations

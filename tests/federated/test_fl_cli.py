@@ -8,7 +8,7 @@ from edgekit.federated.apps import METHODS
 from edgekit.federated.choices import METHOD_NAMES
 from edgekit.federated.flower_run import LocalFederation
 from edgekit.fl_cli import fl, parse_duration, parse_rate
-from edgekit.fl_job import RUNNERS
+from edgekit.fl_job import RUNNERS, run_label
 
 
 def invoke(*args):
@@ -112,6 +112,13 @@ def test_run_report_and_resume(tmp_path):
     bad.write_text("{}")
     result = invoke("report", str(bad))
     assert result.exit_code == 2 and "is not an `edgekit fl run` report" in result.output
+
+
+def test_report_rows_name_the_compression():
+    gossip = {"method": "gossip", "mixing-steps": 1, "topology": "ring", "compression": "none"}
+    assert run_label(gossip) == "gossip k=1 ring"
+    assert run_label({**gossip, "compression": "mxfp4"}) == "gossip k=1 ring mxfp4"  # else two rows look alike
+    assert run_label({"method": "diloco", "compression": "mxint8"}) == "diloco mxint8"
 
 
 def test_fedrgl_run_and_report(tmp_path):
