@@ -158,7 +158,9 @@ def fl():
               help="Checkpoint file, rewritten every round; the same command resumes from it and ends as an "
                    "uninterrupted run would (ray, deployment: a path on the SuperLink's machine).")
 @click.option("--threads", type=click.IntRange(1), default=1, show_default=True,
-              help="PyTorch threads (clients run one after another; more threads than free cores slow it down).")
+              help="PyTorch threads of every process that trains or evaluates, on every engine (clients run one "
+                   "after another in process; more threads than free cores slow it down). Results depend on it "
+                   "in the last bits, so a resume must use the same.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default="fl.json",
               show_default=True, help="JSON report; the plot goes beside it (.png).")
 @click.pass_context
@@ -175,7 +177,6 @@ def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixin
     its real serialized bytes over the bandwidth. Each round's record says which updates
     were missing or rejected and how each was handled.
     """
-    import torch
     from tqdm import tqdm
 
     from edgekit.federated.apps import RunSettings
@@ -213,10 +214,9 @@ def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixin
                                model_config=" ".join(config_items), eval_every=eval_every, graph=graph,
                                planetoid=str(planetoid.resolve()) if planetoid else "", noise=noise,
                                noise_rate=noise_rate, warmup=warmup, graph_method=graph_method, tasks=tasks,
-                               budget=budget, selection=selection)
+                               budget=budget, selection=selection, threads=threads)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
-    torch.set_num_threads(threads)
     bar = tqdm(total=rounds, desc=f"fl {method}", unit="round", dynamic_ncols=True)
 
     def on_round(record):

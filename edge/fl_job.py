@@ -41,6 +41,7 @@ from edgekit.federated.apps import (
     make_server_app,
     parse_progress,
     run_in_process,
+    use_threads,
 )
 from edgekit.federated.choices import ENGINES, METHOD_NAMES
 from edgekit.federated.engine import GlobalModelStrategy, RunResult
@@ -408,6 +409,7 @@ def run_inproc(settings: RunSettings, *, checkpoint: str | None = None,
     ClientApp and runners as on Flower's engines."""
     if settings.method not in RUNNERS:
         return run_in_process(settings, workload_for, checkpoint=checkpoint, on_round=on_round)
+    use_threads(settings)
     grid = in_process_network(client_app, settings.clients, settings.network(), settings.run_config())
     return RUNNERS[settings.method](dataclasses.replace(settings, checkpoint=checkpoint or ""), grid, on_round), grid
 

@@ -24,8 +24,10 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from flwr.app import Context
+import torch
+from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
+from flwr.clientapp.typing import ClientAppCallable
 from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log as flwr_log
 
@@ -89,6 +91,9 @@ class RunSettings:
     tasks: str = "email,asyncio,encodings"
     budget: float = 0.25
     selection: str = "rieselect"
+    # PyTorch threads of every process that trains or evaluates: float sums split over threads
+    # round differently, so the same run on another engine must use the same number
+    threads: int = 1
     checkpoint: str = ""
     output: str = ""
 
@@ -104,7 +109,7 @@ class RunSettings:
         if self.method == "rieselect" and self.rounds % len(self.task_names):
             raise ValueError(f"rounds ({self.rounds}) must be a multiple of the number of tasks "
                              f"({len(self.task_names)}: {', '.join(self.task_names)}); each task gets the same rounds")
-        for name in ("clients", "rounds", "inner_steps", "eval_every"):
+        for name in ("clients", "rounds", "inner_steps", "eval_every", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.mixing_steps < 0:
@@ -217,9 +222,21 @@ def _settings(run_config: tuple) -> RunSettings:
     return RunSettings.from_run_config(dict(run_config))
 
 
+def use_threads(settings: RunSettings) -> None:
+    """Run this process's PyTorch work on ``settings.threads`` threads."""
+    torch.set_num_threads(settings.threads)
+
+
+def run_threads(message: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """ClientApp mod: the handler runs on the run's threads, whatever the process (in process,
+    a SuperNode's ClientApp process, a Ray actor) was started with."""
+    use_threads(_settings(tuple(sorted(context.run_config.items()))))
+    return call_next(message, context)
+
+
 def make_client_app(workload_for: Callable[[RunSettings], Workload]) -> ClientApp:
     """The ClientApp of every method; a client's workload comes from the run config."""
-    app = ClientApp(mods=[carry_state])  # a no-op unless a checkpointed run on Flower's engines asks
+    app = ClientApp(mods=[run_threads, carry_state])  # carry_state: a no-op unless a checkpointed run on Flower's engines asks
     register_partition_query(app)
 
     def context_workload(context: Context) -> Workload:
@@ -234,6 +251,7 @@ def run_in_process(settings: RunSettings, workload_for: Callable[[RunSettings], 
                    checkpoint: str | None = None,
                    on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
     """The run on the in-process engine: every client in this process, over the simulated network."""
+    use_threads(settings)
     grid = in_process_network(make_client_app(workload_for), settings.clients, settings.network(),
                               settings.run_config())
     return execute(settings, workload_for(settings), grid, checkpoint=checkpoint, on_round=on_round), grid
@@ -292,6 +310,7 @@ def make_server_app(workload_for: Callable[[RunSettings], Workload],
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         settings = RunSettings.from_run_config(context.run_config)
+        use_threads(settings)
         if settings.method not in (runners or {}):  # runners check their own (it records more)
             # another run's checkpoint is refused now, not after waiting for the nodes
             resumable(settings.checkpoint or None, checkpoint_config(settings))

@@ -7,8 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from flwr.app import Context, Message, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
 
-from edgekit.federated.apps import RunSettings, parse_progress
+from edgekit.federated.apps import RunSettings, parse_progress, run_threads
 from edgekit.federated.flower_run import LocalFederation, write_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,3 +51,17 @@ def test_deployment_engine_on_loopback(tmp_path, monkeypatch):
                     reason="Ray is not installed (pip install 'edgekit[ray]' for Flower's simulation engine)")
 def test_ray_simulation_engine(tmp_path, monkeypatch):
     submit(tmp_path, monkeypatch, simulation=True)
+
+
+def test_a_clients_handler_runs_on_the_runs_threads(monkeypatch):
+    # on Flower's engines a ClientApp process starts with PyTorch's default threads; float sums
+    # split over another number of threads round differently, so every engine uses the run's
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)  # a message is made inside a run
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+    monkeypatch.setattr(TaskIdentity, "_node_id", 1)
+    seen = []
+    context = Context(1, 1, {"partition-id": 0}, RecordDict(), RunSettings(threads=2).run_config())
+    run_threads(Message(RecordDict(), 1, "train.diloco"), context, lambda m, c: seen.append(torch.get_num_threads()))
+    assert seen == [2]
+    with pytest.raises(ValueError, match="threads must be at least 1, got 0"):
+        RunSettings(threads=0)
