@@ -45,8 +45,6 @@ def run_name(job: dict) -> str:
 
 def one_run(job: dict, done_dir: Path) -> dict:
     """One run's report sections; kept in ``done_dir`` so an interrupted grid resumes where it stopped."""
-    import torch
-
     from edgekit.federated.apps import RunSettings, run_in_process
     from edgekit.fl_job import report_sections, workload_for
     from edgekit.simulators.files import atomic_write
@@ -57,7 +55,6 @@ def one_run(job: dict, done_dir: Path) -> dict:
         sections = json.loads(kept.read_text())
         if sections["settings"] == settings.run_config():
             return sections
-    torch.set_num_threads(1)
     result, grid = run_in_process(settings, workload_for)
     sections = report_sections(settings, result, "inproc", grid)
     print(f"done {run_name(job)}: loss {sections['summary']['final_loss']:.4f}, "

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flwr.app import Context
 from torch.nn import functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -36,6 +35,7 @@ from edgekit.federated.apps import (
     METHODS,
     RunSettings,
     checkpoint_config,
+    context_settings,
     deadline,
     make_client_app,
     make_server_app,
@@ -393,13 +393,9 @@ def _write_run_report(settings: RunSettings, result: RunResult, grid: NetworkGri
     write_report(settings.output, report_sections(settings, result, "flower", grid), settings.seed)
 
 
-def _settings_of(context: Context) -> RunSettings:
-    return RunSettings.from_run_config(context.run_config)
-
-
 client_app = make_client_app(workload_for)
-register_graph_client(client_app, lambda context: graph_clients(_settings_of(context))[0])
-register_continual_client(client_app, lambda context: continual_workload_for(_settings_of(context)))
+register_graph_client(client_app, lambda context: graph_clients(context_settings(context))[0])
+register_continual_client(client_app, lambda context: continual_workload_for(context_settings(context)))
 server_app = make_server_app(workload_for, _write_run_report, runners=RUNNERS)
 
 

@@ -222,6 +222,11 @@ def _settings(run_config: tuple) -> RunSettings:
     return RunSettings.from_run_config(dict(run_config))
 
 
+def context_settings(context: Context) -> RunSettings:
+    """The run's settings as a node's context holds them (parsed once per run config)."""
+    return _settings(tuple(sorted(context.run_config.items())))
+
+
 def use_threads(settings: RunSettings) -> None:
     """Run this process's PyTorch work on ``settings.threads`` threads."""
     torch.set_num_threads(settings.threads)
@@ -230,7 +235,7 @@ def use_threads(settings: RunSettings) -> None:
 def run_threads(message: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """ClientApp mod: the handler runs on the run's threads, whatever the process (in process,
     a SuperNode's ClientApp process, a Ray actor) was started with."""
-    use_threads(_settings(tuple(sorted(context.run_config.items()))))
+    use_threads(context_settings(context))
     return call_next(message, context)
 
 
@@ -239,11 +244,8 @@ def make_client_app(workload_for: Callable[[RunSettings], Workload]) -> ClientAp
     app = ClientApp(mods=[run_threads, carry_state])  # carry_state: a no-op unless a checkpointed run on Flower's engines asks
     register_partition_query(app)
 
-    def context_workload(context: Context) -> Workload:
-        return workload_for(_settings(tuple(sorted(context.run_config.items()))))
-
     for register in CLIENT_HANDLERS:
-        register(app, context_workload)
+        register(app, lambda context: workload_for(context_settings(context)))
     return app
 
 

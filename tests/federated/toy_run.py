@@ -2,8 +2,6 @@
 
 import sys
 
-import torch
-
 from edgekit.federated.apps import RunSettings, run_in_process
 
 from .toy import toy_workload
@@ -15,7 +13,6 @@ def settings(method: str, rounds: int) -> RunSettings:
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
     method, rounds, checkpoint = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     workload = toy_workload(4)
     run_in_process(settings(method, rounds), lambda _: workload, checkpoint=checkpoint)
