@@ -7,10 +7,8 @@ packed codes before anything is bound as a constant.
 
 from __future__ import annotations
 
-import re
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -79,44 +77,38 @@ def import_torch(model, example_inputs: tuple) -> ImportedModel:
     return ImportedModel(mod, params, layers, inputs, outputs, "torch")
 
 
-WEIGHT_OPS = {"MatMul": 1, "Gemm": 1, "Conv": 1}
+def import_onnx(model, sites: dict | None = None) -> ImportedModel:
+    """An ONNX graph (a path or a ``ModelProto`` with static input shapes, see ``onnx_graph``) into Relax.
 
-
-def import_onnx(path) -> ImportedModel:
-    """Read an ONNX file and translate it to Relax; weights of MatMul/Gemm/Conv become layers."""
+    ``sites``: the weights a plan may quantize (``onnx_graph.weight_sites``, found when not
+    given); those TVM's lowering can take (MatMul, Gemm, Conv) become layers.
+    """
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
 
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"ONNX file {str(path)!r} does not exist")
-    try:
-        model = onnx.load(str(path))
-        onnx.checker.check_model(model)
-    except Exception as err:  # onnx raises DecodeError, ValidationError, ...
-        raise ValueError(f"{path} is not a valid ONNX model: {describe_error(err)}") from err
+    from .onnx_graph import read_onnx, weight_sites
+
+    if not isinstance(model, onnx.ModelProto):
+        model = read_onnx(model)
+    if sites is None:
+        sites, _ = weight_sites(model)
     initializers = {i.name for i in model.graph.initializer}
     graph_inputs = [i for i in model.graph.input if i.name not in initializers]
     try:
-        mod = from_onnx(model, keep_params_in_input=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mod = from_onnx(model, keep_params_in_input=True)
     except Exception as err:  # the frontend raises on unsupported ops
-        raise ValueError(f"TVM cannot import {path.name}: {describe_error(err)}") from err
+        raise ValueError(f"TVM cannot import the ONNX graph: {describe_error(err)}") from err
     mod, params = _detach(mod, len(graph_inputs))
-    sanitized = {_sanitize(name): name for name in initializers}
     layers = {}
-    for node in model.graph.node:
-        slot = WEIGHT_OPS.get(node.op_type)
-        if slot is None or len(node.input) <= slot or node.input[slot] not in initializers:
-            continue
-        var = next((v for v in params if sanitized.get(v) == node.input[slot] or v == node.input[slot]), None)
-        if var is not None and params[var].ndim in (2, 4):
-            layers[node.input[slot].removesuffix(".weight")] = var
+    for layer, site in sites.items():
+        var = site.initializer.removeprefix("onnx::")  # the frontend's name for an initializer's variable
+        if site.op != "Gather" and var in params:
+            layers[layer] = var
     inputs, outputs = _signature(mod, len(graph_inputs))
     return ImportedModel(mod, params, layers, inputs, outputs, "onnx")
 
-
-def _sanitize(name: str) -> str:
-    return re.sub(r"[^0-9a-zA-Z_]", "_", name)
 
 
 def describe_error(err: BaseException) -> str:

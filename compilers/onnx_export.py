@@ -54,6 +54,7 @@ from edgekit.simulators.liftquant import quantize as liftquant_quantize
 
 from .importer import describe_error
 from .liftquant_onnx import liftquant_weight_nodes
+from .onnx_graph import WeightSite
 from .onnx_nodes import PREFIX, DecodeBuilder, stack_last
 from .plan import block_format, check_plan, is_liftquant, plannable_layers
 
@@ -261,6 +262,80 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
     modules = dict(model.named_modules())
 
     onnx_model = _float_graph(model, example_inputs, opset)
+    inits = {t.name: t for t in onnx_model.graph.initializer}
+    missing = [f"{layer}.weight" for layer in plan if f"{layer}.weight" not in inits]
+    if missing:
+        found = ", ".join(n for n in inits if n.endswith(".weight")) or "(none)"
+        raise ValueError(f"planned weight(s) {', '.join(map(repr, missing))} not among the initializers of the "
+                         f"exported graph of {type(model).__name__} (is the layer used in forward, or its weight "
+                         f"shared?); weights found: {found}")
+    sites = {}
+    for layer in plan:
+        weight = _weight_array(modules[layer], layer)
+        wname = f"{layer}.weight"
+        stored = numpy_helper.to_array(inits[wname])
+        if stored.shape != weight.shape or not np.array_equal(stored, weight, equal_nan=True):
+            raise ValueError(f"initializer {wname!r} of the exported graph does not hold the weight of layer "
+                             f"{layer!r} (shape {stored.shape} vs {weight.shape})")
+        sites[layer] = WeightSite(layer, wname, "Gemm" if weight.ndim == 2 else "Conv", 1, weight.shape)
+    return write_quantized(onnx_model, plan, sites, target, type(model).__name__)
+
+
+def export_onnx_graph(onnx_model: onnx.ModelProto, plan: dict[str, str], sites: dict[str, WeightSite], path) -> dict:
+    """A user's ONNX graph (``onnx_graph.simplify``d, weights found by ``onnx_graph.weight_sites``) with the
+    planned weights stored packed, at ``path``; returns what :func:`export_onnx` returns."""
+    target = _check_path(path)
+    plan = check_plan(list(sites), plan)
+    lifted = sorted(layer for layer, fmt in plan.items() if is_liftquant(fmt) and len(sites[layer].shape) != 2)
+    if lifted:
+        raise ValueError(f"LiftQuant codes 2-D (MatMul/Gemm/Gather) weights only; layers {', '.join(lifted)} are "
+                         "convolutions: plan them in a block format or a float baseline")
+    onnx_model = onnx.ModelProto.FromString(onnx_model.SerializeToString())
+    opset = next((o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < MIN_OPSET:  # the decode subgraphs need BitwiseAnd (opset 18)
+        try:
+            from onnx import version_converter
+
+            onnx_model = version_converter.convert_version(onnx_model, MIN_OPSET)
+        except Exception as error:
+            raise ValueError(f"the model is ONNX opset {opset}; the decode subgraphs need opset {MIN_OPSET} and "
+                             f"onnx could not convert it: {describe_error(error)}") from error
+    return write_quantized(onnx_model, plan, sites, target, "the model")
+
+
+def _weight_nodes(site: WeightSite, fmt_name: str, weight: np.ndarray, dtype: int):
+    """(nodes, initializers, layer entry, codebook bytes) that compute ``site``'s weight from its stored form."""
+    wname = site.initializer
+    decoded = wname if dtype == TensorProto.FLOAT else f"{wname}::float32"
+    codebook = 0
+    if fmt_name == "fp16":
+        half = weight.astype(np.float16)
+        nodes = [helper.make_node("Cast", [f"{wname}::fp16"], [decoded], name=f"{wname}::decode/cast",
+                                  to=TensorProto.FLOAT)]
+        own = [numpy_helper.from_array(half, f"{wname}::fp16")]
+        entry = _layer_entry(fmt_name, weight.shape, half.nbytes, 0)
+    elif is_liftquant(fmt_name):
+        rows = weight if site.axis == 1 else weight.T  # LiftQuant codes rows of input channels
+        lq = liftquant_quantize(np.ascontiguousarray(rows), fmt_name)  # the encoding edgekit compile builds
+        row_name = decoded if site.axis == 1 else f"{wname}::rows"
+        nodes, own, _ = liftquant_weight_nodes(row_name, lq)
+        if site.axis != 1:
+            nodes.append(helper.make_node("Transpose", [row_name], [decoded], name=f"{wname}::decode/transpose",
+                                          perm=[1, 0]))
+        entry = _layer_entry(fmt_name, weight.shape, lq.codes.nbytes, lq.nbytes - lq.codes.nbytes)
+        codebook = codebook_bytes(lq.format)
+    else:
+        q = quantize(weight, block_format(fmt_name), axis=site.axis)
+        nodes, own, _ = decode_weight_nodes(decoded, q)
+        entry = _layer_entry(fmt_name, weight.shape, q.codes.nbytes, q.scales.nbytes, 4 if q.format.tensor_scale else 0)
+    if decoded != wname:  # the graph reads the weight in its own dtype (float16, bfloat16)
+        nodes.append(helper.make_node("Cast", [decoded], [wname], name=f"{wname}::decode/cast_back", to=dtype))
+    return nodes, own, entry, codebook
+
+
+def write_quantized(onnx_model: onnx.ModelProto, plan: dict[str, str], sites: dict[str, WeightSite], target: Path,
+                    label: str) -> dict:
+    """Replace each planned site's initializer by its stored form and decode subgraph, check, write atomically."""
     graph = onnx_model.graph
     inits = {t.name: t for t in graph.initializer}
     shared: dict[str, TensorProto] = {}
@@ -268,40 +343,17 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
     new_nodes: list[onnx.NodeProto] = []
     layers: dict[str, dict] = {}
     codebooks: dict[str, int] = {}  # bytes of each LiftQuant configuration's M, stored once
-
-    missing = [f"{layer}.weight" for layer in plan if f"{layer}.weight" not in inits]
-    if missing:
-        found = ", ".join(n for n in inits if n.endswith(".weight")) or "(none)"
-        raise ValueError(f"planned weight(s) {', '.join(map(repr, missing))} not among the initializers of the "
-                         f"exported graph of {type(model).__name__} (is the layer used in forward, or its weight "
-                         f"shared?); weights found: {found}")
+    decoded = set()
     for layer, fmt_name in plan.items():
-        weight = _weight_array(modules[layer], layer)
-        wname = f"{layer}.weight"
-        init = inits[wname]
-        stored = numpy_helper.to_array(init)
-        if stored.shape != weight.shape or not np.array_equal(stored, weight, equal_nan=True):
-            raise ValueError(f"initializer {wname!r} of the exported graph does not hold the weight of layer "
-                             f"{layer!r} (shape {stored.shape} vs {weight.shape})")
+        site = sites[layer]
+        init = inits[site.initializer]
+        weight = numpy_helper.to_array(init).astype(np.float32)
         if fmt_name == "fp32":
             layers[layer] = _layer_entry(fmt_name, weight.shape, weight.nbytes, 0)
             continue
-        if fmt_name == "fp16":
-            half = weight.astype(np.float16)
-            half_name = f"{wname}::fp16"
-            nodes = [helper.make_node("Cast", [half_name], [wname], name=f"{wname}::decode/cast", to=TensorProto.FLOAT)]
-            own = [numpy_helper.from_array(half, half_name)]
-            layers[layer] = _layer_entry(fmt_name, weight.shape, half.nbytes, 0)
-        elif is_liftquant(fmt_name):
-            lq = liftquant_quantize(weight, fmt_name)  # the encoding edgekit compile builds
-            nodes, own, _ = liftquant_weight_nodes(wname, lq)
-            layers[layer] = _layer_entry(fmt_name, weight.shape, lq.codes.nbytes, lq.nbytes - lq.codes.nbytes)
-            codebooks[fmt_name] = codebook_bytes(lq.format)
-        else:
-            q = quantize(weight, block_format(fmt_name), axis=1)
-            nodes, own, _ = decode_weight_nodes(wname, q)
-            layers[layer] = _layer_entry(fmt_name, weight.shape, q.codes.nbytes, q.scales.nbytes,
-                                         4 if q.format.tensor_scale else 0)
+        nodes, own, layers[layer], codebook = _weight_nodes(site, fmt_name, weight, init.data_type)
+        if codebook:
+            codebooks[fmt_name] = codebook
         for tensor in own:
             if tensor.name.startswith(PREFIX):
                 if tensor.name in shared and shared[tensor.name].raw_data != tensor.raw_data:
@@ -310,7 +362,8 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
             else:
                 replaced[tensor.name] = tensor
         new_nodes.extend(nodes)
-        del inits[wname]
+        decoded.add(site.initializer)
+        del inits[site.initializer]
 
     clash = (set(shared) | set(replaced)) & set(inits)
     if clash:
@@ -318,7 +371,6 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
     kept = [t for t in graph.initializer if t.name in inits]
     del graph.initializer[:]
     graph.initializer.extend(kept + list(replaced.values()) + list(shared.values()))
-    decoded = {f"{layer}.weight" for layer, fmt in plan.items() if fmt != "fp32"}
     kept_inputs = [i for i in graph.input if i.name not in decoded]
     del graph.input[:]
     graph.input.extend(kept_inputs)
@@ -331,8 +383,7 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
     try:
         onnx.checker.check_model(onnx_model, full_check=True)
     except Exception as error:
-        raise ValueError(f"the exported ONNX model of {type(model).__name__} fails onnx.checker: "
-                         f"{describe_error(error)}") from error
+        raise ValueError(f"the exported ONNX model of {label} fails onnx.checker: {describe_error(error)}") from error
     if onnx_model.ByteSize() > MAX_PROTO_BYTES:
         raise ValueError(f"the exported model is {onnx_model.ByteSize()} bytes, over protobuf's 2 GiB limit "
                          f"for one file (external data is not supported)")
@@ -352,4 +403,5 @@ def export_onnx(model: nn.Module, example_inputs: tuple, plan: dict[str, str], p
     totals["weight_bytes"] = (totals["codes_bytes"] + totals["scales_bytes"] + totals["tensor_scale_bytes"]
                               + totals["codebook_bytes"])
     totals["weight_bits"] = 8.0 * totals["weight_bytes"] / totals["numel"] if totals["numel"] else 0.0
+    opset = next((o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")), None)
     return {"path": str(target), "opset": opset, "layers": layers, "totals": totals}

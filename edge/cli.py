@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from contextlib import contextmanager
@@ -229,32 +230,95 @@ def train(name, config_items, tiny, retrain, save, cache_dir, output, output_for
         click.echo(f"wrote {path}", err=True)
 
 
+def input_shape_option(fn):
+    return click.option("--input-shape", "input_shapes", multiple=True, metavar="NAME=DxD...",
+                        help="Size of a model file's input (repeatable), e.g. --input-shape input_ids=1x128; "
+                             "a symbolic batch dim defaults to 1, other symbolic dims must be given.")(fn)
+
+
+def input_shapes_from(items) -> dict:
+    from edgekit.compilers.onnx_graph import parse_input_shapes
+
+    try:
+        return parse_input_shapes(items)
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--input-shape") from None
+
+
+def comma_list(text: str | None) -> list[str] | None:
+    return [item.strip() for item in text.split(",") if item.strip()] if text else None
+
+
 @main.command(name="eval")
 @click.argument("model", metavar="MODEL")
 @click.option("--format", "formats_", type=FormatName(liftquant=True), multiple=True,
               help="Quantize the weights of every Linear/Conv layer in this format first (repeatable; "
                    "liftquant:BITS or liftquant_DtoD code Linear layers only); the float model is always scored too.")
+@click.option("--formats", "format_list", default=None, metavar="F,G",
+              help="The same as repeated --format, comma-separated.")
+@click.option("--inputs", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="A model file's inputs: an .npz keyed by input name (default: standard normal float inputs).")
+@input_shape_option
+@click.option("--embeddings", is_flag=True, help="Quantize a model file's embedding tables (Gather) too.")
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A model file's comparison as a PNG (default: beside --output).")
 @config_options
 @cache_dir_option
 @output_options(default_name=None)
-def eval_(model, formats_, config_items, tiny, cache_dir, output, output_format):
-    """Score MODEL (registered name or checkpoint) with its own metric, in float and in each --format.
+def eval_(model, formats_, format_list, inputs, input_shapes, embeddings, plot, config_items, tiny, cache_dir, output,
+          output_format):
+    """Score MODEL with its own metric in float and in each --format; or compare a model file's outputs.
 
-    A registered model is trained first unless the cache holds it; scores of a cached
-    model are cached beside it and reused while the code is unchanged.
+    MODEL is a registered name or a checkpoint: it is scored with its own metric (a
+    registered model is trained first unless the cache holds it; scores of a cached
+    model are cached beside it). MODEL as an .onnx or torch.export .pt2 file has no
+    metric: each format's quantized ONNX runs in onnxruntime on the same inputs as float,
+    and each output is compared with float (cosine, max and mean error, top-1 agreement).
     """
     from tqdm import tqdm
 
-    from .model_jobs import FLOAT, evaluate_formats, resolve
     from .provenance import provenance
+
+    names = list(dict.fromkeys([*formats_, *(FormatName(liftquant=True).convert(f, None, None)
+                                             for f in comma_list(format_list) or [])]))
+    if Path(model).suffix.lower() in (".onnx", ".pt2"):
+        from .graph_eval_job import DEFAULT_FORMATS, evaluate_model_file
+        from .plots import output_agreement_png
+
+        if config_items or tiny:
+            raise click.UsageError("--config and --tiny apply to registered models, not to a model file")
+        names = [f for f in names or DEFAULT_FORMATS if f != "fp32"]
+
+        def file_bar(items):
+            return tqdm(items, desc=f"eval {Path(model).name}", unit="format", leave=False)
+
+        rows = run_job(evaluate_model_file, model, names, inputs, input_shapes_from(input_shapes), embeddings,
+                       progress=file_bar)
+        text = f"{Path(model).name}: outputs under quantized weights against float (onnxruntime)\n\n" + markdown_table(rows)
+        click.echo(text)
+        plot = plot or (output.with_suffix(".png") if output else None)
+        if plot:
+            from .output import atomic_write
+
+            atomic_write(plot, output_agreement_png(rows, Path(model).name))
+            click.echo(f"wrote {plot}", err=True)
+        if output:
+            path = write_result(output, resolve_output_format(output, output_format), {"eval": rows}, provenance(0),
+                                text)
+            click.echo(f"wrote {path}", err=True)
+        return
+    if inputs or input_shapes or embeddings or plot:
+        raise click.UsageError("--inputs, --input-shape, --embeddings and --plot apply to .onnx and .pt2 files")
+
+    from .model_jobs import FLOAT, evaluate_formats, resolve
 
     entry, config, module, directory = run_job(resolve, model, overrides_from(config_items), tiny=tiny,
                                                cache_dir=cache_dir)
 
-    def bar(names):
-        return tqdm(names, desc=f"eval {entry.name}", unit="format", leave=False)
+    def bar(items):
+        return tqdm(items, desc=f"eval {entry.name}", unit="format", leave=False)
 
-    names = [FLOAT, *dict.fromkeys(f for f in formats_ if f != FLOAT)]
+    names = [FLOAT, *dict.fromkeys(f for f in names if f != FLOAT)]
     with clear_errors():
         rows = evaluate_formats(entry, config, module, names, directory, progress=bar)
     text = f"{entry.name}: {entry.metric_label}\n\n" + markdown_table(rows)
@@ -287,9 +351,6 @@ def layer_option(fn):
     return click.option("--layer", "layers", multiple=True, metavar="NAME=FORMAT",
                         help="Per-layer format override (repeatable), e.g. --layer fc1=mxint8.")(fn)
 
-
-def comma_list(text: str | None) -> list[str] | None:
-    return [item.strip() for item in text.split(",") if item.strip()] if text else None
 
 
 @main.command()
@@ -364,8 +425,10 @@ def report(models, formats, targets, deploy_items, configs, rounds, cache_dir, o
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("build"),
               show_default=True, help="Build directory (written in full or not at all).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for training a registered model.")
-def compile_(model, fmt, layers, codes, target, output, seed):
-    """Compile MODEL (registered name, checkpoint or .onnx) for a target: library, CUDA source, manifest.
+@input_shape_option
+def compile_(model, fmt, layers, codes, target, output, seed, input_shapes):
+    """Compile MODEL (registered name, checkpoint, .onnx or torch.export .pt2) for a target: library, CUDA
+    source, manifest.
 
     Planned weights are stored as packed codes and scales in the simulators' bytes and
     decoded inside fused matrix kernels. A preflight lists what the target cannot run.
@@ -373,13 +436,17 @@ def compile_(model, fmt, layers, codes, target, output, seed):
     from .compile_job import compile_model
 
     fmt = fmt or ("fp32" if codes else "mxfp4")  # quantize leaves the layers it does not code in float
-    manifest = run_job(compile_model, model, fmt, target, output, layers, seed=seed, codes=codes)
+    manifest = run_job(compile_model, model, fmt, target, output, layers, seed=seed, codes=codes,
+                       input_shapes=input_shapes_from(input_shapes))
     rows = [{"layer": name, **{k: r[k] for k in ("format", "op", "layout", "codes_bytes", "scales_bytes",
                                                   "weight_bits")}} for name, r in manifest["layers"].items()]
     click.echo(markdown_table(rows))
     totals = manifest["totals"]
-    click.echo(f"\n{totals['weights']} weights in {totals['codes_bytes']} code bytes + {totals['scales_bytes']} "
-               f"scale bytes: {totals['weight_bits']:.3f} bits/weight")
+    if totals["weights"]:
+        click.echo(f"\n{totals['weights']} weights in {totals['codes_bytes']} code bytes + {totals['scales_bytes']} "
+                   f"scale bytes: {totals['weight_bits']:.3f} bits/weight")
+    else:
+        click.echo("\nno layer quantized: every weight is float")
     cubin = manifest["artifacts"].get("cubin")
     if cubin is not None and not cubin["built"]:
         click.echo(f"no cubin: {cubin['reason']}", err=True)
@@ -394,14 +461,72 @@ def compile_(model, fmt, layers, codes, target, output, seed):
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("model.onnx"),
               show_default=True, help="ONNX file to write.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for training a registered model.")
-def export(model, fmt, layers, output, seed):
-    """Export MODEL to standard ONNX whose weights are packed codes decoded with Gather tables."""
+@input_shape_option
+@click.option("--embeddings", is_flag=True, help="Quantize a model file's embedding tables (Gather) too.")
+def export(model, fmt, layers, output, seed, input_shapes, embeddings):
+    """Export MODEL (registered name, checkpoint, .onnx or .pt2) to standard ONNX whose weights are packed
+    codes decoded with Gather tables."""
     from .compile_job import export_model
 
-    summary = run_job(export_model, model, fmt, output, layers, seed=seed)
+    summary = run_job(export_model, model, fmt, output, layers, seed=seed,
+                      input_shapes=input_shapes_from(input_shapes), embeddings=embeddings)
     totals = summary["totals"]
     click.echo(f"wrote {output}: {len(summary['layers'])} quantized layers, {totals['weight_bits']:.3f} bits/weight, "
                f"{totals['file_bytes']} bytes", err=True)
+
+
+@main.command(name="run")
+@click.argument("build_dir", metavar="BUILD_DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--input", "inputs", multiple=True, required=True, metavar="FILE",
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="An input as .npy (repeat in the build's input order), or one .npz keyed by input name.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the outputs: .npy for the first, .npz for all (output0, output1, ...).")
+def run_build(build_dir, inputs, output):
+    """Run a build from `edgekit compile` with TVM's runtime alone, as the device runs it.
+
+    The build's target and CPU are checked against this machine, and each input's shape
+    against the build's, before anything runs.
+    """
+    import numpy as np
+
+    from edgekit.compilers.runtime import load
+    from edgekit.simulators.files import atomic_write
+
+    with clear_errors():
+        try:
+            build = load(build_dir)
+        except RuntimeError as err:
+            raise ValueError(str(err)) from None
+        arrays = read_arrays(inputs, [i["name"] for i in build.inputs])
+        outputs = build(*arrays)
+    for k, out in enumerate(outputs):
+        click.echo(f"output{k}: shape {list(out.shape)} {out.dtype}, mean {float(np.mean(out)):.6g}, "
+                   f"max |y| {float(np.max(np.abs(out), initial=0)):.6g}")
+    if output:
+        buffer = io.BytesIO()
+        if output.suffix.lower() == ".npz":
+            np.savez(buffer, **{f"output{k}": out for k, out in enumerate(outputs)})
+        else:
+            np.save(buffer, outputs[0])
+        atomic_write(output, buffer.getvalue())
+        click.echo(f"wrote {output}", err=True)
+
+
+def read_arrays(paths: list[Path], names: list[str]) -> list:
+    """Arrays for the build's inputs from .npy files in order, or from one .npz keyed by input name."""
+    import numpy as np
+
+    if len(paths) == 1 and paths[0].suffix.lower() == ".npz":
+        with np.load(paths[0]) as data:
+            missing = [n for n in names if n not in data.files]
+            if missing:
+                raise ValueError(f"--input {paths[0]} holds {data.files}; the build takes {names}")
+            return [data[n] for n in names]
+    try:
+        return [np.load(p, allow_pickle=False) for p in paths]
+    except ValueError as err:
+        raise ValueError(f"--input: not a .npy array file: {err}") from None
 
 
 @main.command()

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgekit.compilers.importer import ImportedModel, import_onnx, import_torch
 from edgekit.compilers.lower import DEVICES
-from edgekit.compilers.plan import make_plan, parse_overrides
+from edgekit.compilers.plan import BASELINES, make_plan, parse_overrides
 from edgekit.simulators.files import check_output_dir, staged_directory
 from edgekit.targets import host_arch
 
@@ -25,53 +25,101 @@ from .provenance import provenance
 MANIFEST = "manifest.json"
 LIBRARY = "model.so"
 CUDA_SOURCE = "kernels.cu"
-VM_CALL_OPS = ("relax.call_tir", "relax.call_dps_packed", "relax.call_pure_packed")
+VM_CALL_OPS = ("relax.call_tir", "relax.call_dps_packed", "relax.call_pure_packed", "relax.shape_of")  # run by the VM
 
 
 @dataclass
 class ModelSource:
-    """Where a model came from: a registered name, a checkpoint or an ONNX file."""
+    """Where a model came from: a registered name, a checkpoint, an ONNX file or a ``torch.export`` program."""
 
     label: str
-    kind: str  # "registered", "checkpoint" or "onnx"
+    kind: str  # "registered", "checkpoint", "onnx" or "torch.export"
     module: object = None  # torch nn.Module, for registered names and checkpoints
     example_inputs: tuple = ()
-    onnx_path: Path | None = None
+    graph: object = None  # onnx.ModelProto with static input shapes, simplified, for ONNX files and programs
+    sites: dict = field(default_factory=dict)  # layer -> onnx_graph.WeightSite of ``graph``
+    skipped: dict = field(default_factory=dict)  # initializer -> why it stays in float
+    input_shapes: dict = field(default_factory=dict)
+
+    @property
+    def is_graph(self) -> bool:
+        return self.graph is not None
 
 
-def resolve_model(spec: str, seed: int = 0, log: Callable[[str], None] = print) -> ModelSource:
+GRAPH_SUFFIXES = (".onnx", ".pt2")
+
+
+def resolve_model(spec: str, seed: int = 0, log: Callable[[str], None] = print, input_shapes: dict | None = None,
+                  embeddings: bool = False, static: bool = True) -> ModelSource:
     """A registered model name (trained with ``seed``, or loaded from the model cache), a
-    checkpoint file, or an ONNX file."""
+    checkpoint file, an ONNX file or a ``torch.export`` program (``.pt2``).
+
+    A graph from a file is simplified (shapes inferred, constants folded); ``static`` first
+    fixes its input shapes (``input_shapes``, else its own dims with a symbolic batch of 1),
+    as TVM's import needs; ``embeddings`` makes its Gather tables quantizable too.
+    """
     from edgekit.models.registry import get_model, load_checkpoint, make_config, model_names, train
 
     path = Path(spec)
-    if path.suffix.lower() == ".onnx":
-        if not path.is_file():
-            raise ValueError(f"ONNX file {spec!r} does not exist")
-        return ModelSource(path.name, "onnx", onnx_path=path)
+    if path.suffix.lower() in GRAPH_SUFFIXES:
+        return graph_source(path, input_shapes or {}, embeddings, static, log)
+    if input_shapes:
+        raise ValueError("--input-shape applies to .onnx and .pt2 files; a zoo model's inputs are its config's")
     if path.is_file():
         entry, config, module = load_checkpoint(path)
         return ModelSource(f"{entry.name} ({path.name})", "checkpoint", module, entry.example_inputs(config))
     if spec not in model_names():
         raise ValueError(f"MODEL {spec!r} is neither a registered model ({', '.join(model_names())}), "
-                         "an existing checkpoint file nor an .onnx file")
+                         "an existing checkpoint file, an .onnx file nor a torch.export .pt2 file")
     config = make_config(spec, {"seed": seed})
     trained = train(spec, config, progress=True, log=log)
     log(f"{spec}: {'loaded from' if trained.cached else 'trained into'} {trained.checkpoint}")
     return ModelSource(spec, "registered", trained.model, get_model(spec).example_inputs(config))
 
 
+def graph_source(path: Path, shapes: dict, embeddings: bool, static: bool, log: Callable[[str], None]
+                 ) -> ModelSource:
+    from edgekit.compilers.onnx_graph import input_shapes, read_onnx, simplify, weight_sites
+    from edgekit.compilers.torch_program import program_to_onnx
+
+    if not path.is_file():
+        raise ValueError(f"model file {str(path)!r} does not exist")
+    if path.suffix.lower() == ".pt2":
+        log(f"converting the torch.export program {path.name} to ONNX ...")
+        graph, kind = program_to_onnx(path), "torch.export"
+    else:
+        graph, kind = read_onnx(path), "onnx"
+    fixed = input_shapes(graph, shapes) if static or shapes else {}
+    log(f"simplifying {path.name}" + (f" for inputs {', '.join(f'{n} {list(s)}' for n, s in fixed.items())}"
+                                      if fixed else "") + " ...")
+    graph = simplify(graph, fixed)
+    sites, skipped = weight_sites(graph, embeddings)
+    return ModelSource(path.name, kind, graph=graph, sites=sites, skipped=skipped, input_shapes=fixed)
+
+
 def import_model(source: ModelSource) -> ImportedModel:
-    if source.kind == "onnx":
-        return import_onnx(source.onnx_path)
+    if source.is_graph:
+        return import_onnx(source.graph, source.sites)
     return import_torch(source.module, source.example_inputs)
 
 
-def load_model(model: str, seed: int = 0, log: Callable[[str], None] = print) -> tuple[ModelSource, ImportedModel]:
+def load_model(model: str, seed: int = 0, log: Callable[[str], None] = print, input_shapes: dict | None = None
+               ) -> tuple[ModelSource, ImportedModel]:
     """The model resolved and imported into TVM Relax: what every format and target builds from."""
-    source = resolve_model(model, seed, log)
+    source = resolve_model(model, seed, log, input_shapes)
     log(f"importing {source.label} into TVM Relax ...")
     return source, import_model(source)
+
+
+def check_quantizes(plan: dict[str, str], fmt: str, source: ModelSource) -> None:
+    """A plan that quantizes nothing is an error unless it asks for float: the user would get a float build
+    or file under a quantized name."""
+    if plan or fmt in BASELINES:
+        return
+    skipped = "; ".join(f"{name}: {why}" for name, why in list(source.skipped.items())[:5])
+    raise ValueError(f"{source.label} has no MatMul/Gemm/Conv weight edgekit can quantize (weights are float "
+                     f"initializers read by those ops){'; left in float: ' + skipped if skipped else ''}. "
+                     f"To build it in float, pass --format fp32")
 
 
 def preflight(imported: ImportedModel, plan: dict[str, str], target) -> list[str]:
@@ -150,7 +198,7 @@ def read_codes(path, layers) -> dict:
 
 def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrides: list[str] = (),
                   seed: int = 0, log: Callable[[str], None] = print, codes=None,
-                  loaded: tuple[ModelSource, ImportedModel] | None = None) -> dict:
+                  loaded: tuple[ModelSource, ImportedModel] | None = None, input_shapes: dict | None = None) -> dict:
     """Compile ``model`` with every Linear/Conv weight in ``fmt`` for ``target_spec`` into ``out_dir``.
 
     ``codes``: an ``edgekit quantize --codes`` file; the layers it holds are built from its
@@ -166,8 +214,10 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
     out_dir = Path(out_dir)
     check_output_dir(out_dir, MANIFEST)
     overrides = parse_overrides(list(layer_overrides))
-    source, imported = loaded or load_model(model, seed, log)
+    source, imported = loaded or load_model(model, seed, log, input_shapes)
     plan = make_plan(imported.layers, fmt, overrides)
+    if not codes:
+        check_quantizes(plan, fmt, source)
     encoded = read_codes(codes, list(imported.layers)) if codes else {}
     clash = sorted(set(encoded) & set(overrides))
     if clash:
@@ -204,6 +254,7 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
         manifest = {
             "model": source.label,
             "model_source": source.kind,
+            "float_weights": source.skipped,
             "target": {"name": target.name, "tvm": str(tvm_tgt), "device": device, "arch": target.arch,
                        "cuda_arch": arch, "cross_compiler": cross},
             "format": plan_summary(plan),
@@ -226,14 +277,18 @@ def plan_summary(plan: dict[str, str]) -> str:
 
 
 def export_model(model: str, fmt: str, out_path, layer_overrides: list[str] = (), seed: int = 0,
-                 log: Callable[[str], None] = print) -> dict:
-    """Standard ONNX of a registered model or checkpoint with its weights as packed codes."""
-    from edgekit.compilers.onnx_export import export_onnx
+                 log: Callable[[str], None] = print, input_shapes: dict | None = None,
+                 embeddings: bool = False) -> dict:
+    """Standard ONNX of a model (registered, checkpoint, ONNX file or ``.pt2`` program) with its weights as
+    packed codes; ``embeddings`` quantizes a graph's Gather tables too."""
+    from edgekit.compilers.onnx_export import export_onnx, export_onnx_graph
 
     overrides = parse_overrides(list(layer_overrides))
-    source = resolve_model(model, seed, log)
-    if source.kind == "onnx":
-        raise ValueError("export takes a registered model name or a checkpoint; an ONNX file is already ONNX")
-    plan = make_plan(source.module, fmt, overrides)
+    source = resolve_model(model, seed, log, input_shapes, embeddings, static=False)
     log(f"exporting {source.label} ({fmt}) to ONNX ...")
+    if source.is_graph:
+        plan = make_plan(source.sites, fmt, overrides)
+        check_quantizes(plan, fmt, source)
+        return export_onnx_graph(source.graph, plan, source.sites, out_path)
+    plan = make_plan(source.module, fmt, overrides)
     return export_onnx(source.module, source.example_inputs, plan, out_path)

@@ -136,3 +136,24 @@ def latency_size_png(models: list[dict], builds: list[dict], latency: list[dict]
 def _with_bits(latency: list[dict], builds: list[dict]) -> list[dict]:
     bits = {(b["model"], b["format"], b["target"]): b.get("weight_bits") for b in builds}
     return [{**r, "weight_bits": bits[(r["model"], r["format"], r["target"])]} for r in latency]
+
+
+def output_agreement_png(rows: list[dict], title: str) -> bytes:
+    """Per output, the cosine similarity to float and the max error of each format, side by side (bars)."""
+    outputs = list(dict.fromkeys(r["output"] for r in rows))
+    formats = list(dict.fromkeys(r["format"] for r in rows))
+    fig, axes = plt.subplots(len(outputs), 2, figsize=(max(6.0, 0.9 * len(formats) + 3), 2.8 * len(outputs)),
+                             squeeze=False)
+    for i, output in enumerate(outputs):
+        by_format = {r["format"]: r for r in rows if r["output"] == output}
+        for ax, key, label in ((axes[i][0], "cosine", "1 - cosine to float"), (axes[i][1], "max_abs_error",
+                                                                               "max |error|")):
+            values = [max(by_format[f][key] if key != "cosine" else 1.0 - by_format[f][key], 1e-12) for f in formats]
+            ax.bar(range(len(formats)), values, color="tab:blue")
+            ax.set_yscale("log")
+            ax.set_xticks(range(len(formats)), formats, rotation=45, ha="right", fontsize=8)
+            ax.set_title(f"{output}: {label}", fontsize=9)
+            ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return png_bytes(fig)

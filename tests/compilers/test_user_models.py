@@ -1,0 +1,197 @@
+"""Users' own models in: export, eval, compile and the runtime-only runner on models edgekit did not make."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper, numpy_helper
+
+from edgekit.cli import main
+from edgekit.compilers.onnx_export import onnx_session
+from edgekit.compilers.onnx_graph import input_shapes, read_onnx, simplify, weight_sites
+from edgekit.compilers.runtime import RUNTIME_DIR_ENV, runtime_dir
+from edgekit.graph_eval_job import evaluate_model_file
+from edgekit.simulators import dequantize, quantize
+
+from .user_models import CORPUS, export_onnx, inputs_npz, save_program
+
+pytest.importorskip("transformers", reason="the user-model corpus is built with transformers' config classes")
+
+# The least cosine similarity to float of a model's output with every weight in a format (random weights, so
+# deep networks amplify the error; the 4-bit floor is ResNet-18's, the weakest here).
+MIN_COSINE = {"fp16": 0.9999, "mxint8": 0.999, "mxfp8_e4m3": 0.99, "mxfp6_e2m3": 0.99, "mxfp4": 0.9, "mxint4": 0.9,
+              "nvfp4": 0.9, "liftquant_24to10": 0.9}
+SHAPES = {"gpt2": {"input_ids": (2, 16)}}
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("user-models")
+    return {name: export_onnx(name, folder) for name in CORPUS}, folder
+
+
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_every_format_runs_in_onnxruntime_close_to_float(corpus, name):
+    files, folder = corpus
+    rows = evaluate_model_file(str(files[name]), list(MIN_COSINE), inputs_npz(name, folder), log=lambda _: None)
+    scored = {r["format"]: r for r in rows}
+    has_dense = any(len(s.shape) == 2 for s in weight_sites(read_onnx(files[name]))[0].values())
+    assert set(scored) == set(MIN_COSINE) - (set() if has_dense else {"liftquant_24to10"})
+    for fmt, row in scored.items():
+        assert row["cosine"] >= MIN_COSINE[fmt], (fmt, row)
+        assert 0 < row["max_abs_error"] < float("inf")
+    if name != "linear":  # fp16 and MX INT8 keep every top-1 decision of these small heads
+        assert scored["fp16"]["top1_agreement"] == 1.0
+
+
+def test_weights_are_found_whatever_their_names(corpus):
+    files, _ = corpus
+    sites, _ = weight_sites(read_onnx(files["linear"]))
+    assert [(s.initializer.startswith("onnx::MatMul"), s.op, s.axis, s.shape) for s in sites.values()] == [
+        (True, "MatMul", 0, (256, 128))]
+    sites, skipped = weight_sites(simplify(read_onnx(files["mobilenet_v2"]), {}))
+    assert skipped and all("grouped convolution" in why for why in skipped.values())  # depthwise kept float
+    assert all(s.op == "Conv" for s in sites.values() if s.op != "Gemm")
+    bert_sites, _ = weight_sites(simplify(read_onnx(files["bert"]), {}), embeddings=True)
+    assert any(s.op == "Gather" for s in bert_sites.values())
+    assert not any(s.op == "Gather" for s in weight_sites(simplify(read_onnx(files["bert"]), {}))[0].values())
+
+
+def test_a_weight_behind_cast_and_transpose_is_quantized_along_its_input_channels(tmp_path):
+    rng = np.random.default_rng(0)
+    weight = rng.standard_normal((48, 64)).astype(np.float16)  # stored (out, in) as float16
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["onnx::w_7"], ["w32"], to=TensorProto.FLOAT),
+         helper.make_node("Transpose", ["w32"], ["wt"], perm=[1, 0]),
+         helper.make_node("MatMul", ["x", "wt"], ["y"], name="/proj/MatMul")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 48])],
+        [numpy_helper.from_array(weight, "onnx::w_7")])
+    path = tmp_path / "cast_transpose.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    sites, _ = weight_sites(read_onnx(path))
+    assert {k: (s.op, s.axis) for k, s in sites.items()} == {"proj": ("MatMul", 1)}
+    out = tmp_path / "q.onnx"
+    assert run("export", path, "--format", "mxint8", "-o", out).exit_code == 0
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    expected = x @ dequantize(quantize(weight.astype(np.float32), "mxint8", axis=1)).astype(np.float16).astype(
+        np.float32).T
+    np.testing.assert_allclose(onnx_session(out).run(None, {"x": x})[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_with_nothing_to_quantize_is_an_error_and_leaves_no_file(tmp_path):
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    path = tmp_path / "relu.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    result = run("export", path, "--format", "mxfp4", "-o", tmp_path / "q.onnx")
+    assert result.exit_code == 1 and "no MatMul/Gemm/Conv weight" in result.output and "--format fp32" in result.output
+    result = run("compile", path, "--format", "mxfp4", "-o", tmp_path / "build")
+    assert result.exit_code == 1 and "no MatMul/Gemm/Conv weight" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["relu.onnx"]
+    result = run("compile", path, "--format", "fp32", "-o", tmp_path / "build")
+    assert result.exit_code == 0 and "no layer quantized" in result.output
+
+
+def test_symbolic_dims_need_a_size_and_a_wrong_one_is_named(corpus):
+    files, _ = corpus
+    graph = read_onnx(files["gpt2"])
+    with pytest.raises(ValueError, match=r"input 'input_ids' has symbolic dims .*--input-shape input_ids=1x16"):
+        input_shapes(graph)
+    assert input_shapes(graph, {"input_ids": (3, 8)}) == {"input_ids": (3, 8)}
+    with pytest.raises(ValueError, match=r"input 'pixel_values' has dims .*gave \[1, 3, 16, 16\]"):
+        input_shapes(read_onnx(files["vit"]), {"pixel_values": (1, 3, 16, 16)})
+    with pytest.raises(ValueError, match="which the model does not take"):
+        input_shapes(graph, {"ids": (1, 4)})
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "vit", "resnet18", "linear"])
+def test_host_build_runs_with_the_runtime_alone_and_matches_onnxruntime(corpus, tmp_path, name):
+    files, folder = corpus
+    batch = 2
+    shapes = [f"{k}={'x'.join(map(str, v))}" for k, v in SHAPES.get(name, {}).items()]
+    args = [a for s in shapes for a in ("--input-shape", s)]
+    if name in ("vit", "resnet18", "linear", "bert"):
+        graph = read_onnx(files[name])
+        args += [a for k, v in input_shapes(graph, batch=batch).items() for a in ("--input-shape", f"{k}={'x'.join(map(str, v))}")]
+    build = tmp_path / "build"
+    result = run("compile", files[name], "--format", "mxfp4", "-o", build, *args)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((build / "manifest.json").read_text())
+    assert manifest["layers"] and manifest["model_source"] == "onnx"
+    exported = tmp_path / "q.onnx"
+    assert run("export", files[name], "--format", "mxfp4", "-o", exported).exit_code == 0
+    feeds = dict(np.load(inputs_npz(name, folder, batch)))
+    expected = onnx_session(exported).run(None, feeds)[0]
+    np.save(tmp_path / "x.npy", feeds[manifest["inputs"][0]["name"]]) if len(feeds) == 1 else None
+    inputs = tmp_path / "x.npy" if len(feeds) == 1 else inputs_npz(name, folder, batch)
+    script = ("import sys, numpy as np; sys.modules['tvm'] = None\n"  # the compiler cannot be imported
+              "from edgekit.compilers.runtime import load\n"
+              "from edgekit.cli import read_arrays\n"
+              "from pathlib import Path\n"
+              f"build = load({str(build)!r})\n"
+              f"y = build(*read_arrays([Path({str(inputs)!r})], [i['name'] for i in build.inputs]))[0]\n"
+              f"np.save({str(tmp_path / 'y.npy')!r}, y)\n"
+              "assert 'tvm' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+    env = {**os.environ, RUNTIME_DIR_ENV: str(runtime_dir())}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = np.load(tmp_path / "y.npy")
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_torch_export_program_exports_and_compiles(tmp_path):
+    program = save_program(tmp_path)
+    out = tmp_path / "mlp.onnx"
+    result = run("export", program, "--format", "mxint8", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "2 quantized layers" in result.output
+    build = tmp_path / "build"
+    result = run("compile", program, "--format", "mxint8", "-o", build)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((build / "manifest.json").read_text())
+    assert manifest["model_source"] == "torch.export" and len(manifest["layers"]) == 2
+    x = np.random.default_rng(0).standard_normal((2, 64)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    result = run("run", build, "--input", tmp_path / "x.npy", "-o", tmp_path / "y.npy")
+    assert result.exit_code == 0, result.output
+    expected = onnx_session(out).run(None, {onnx_session(out).get_inputs()[0].name: x})[0]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_run_refuses_a_wrong_shape_and_a_foreign_build(tmp_path):
+    program = save_program(tmp_path)
+    build = tmp_path / "build"
+    assert run("compile", program, "--format", "mxfp4", "-o", build).exit_code == 0
+    np.save(tmp_path / "bad.npy", np.zeros((3, 64), np.float32))
+    result = run("run", build, "--input", tmp_path / "bad.npy")
+    assert result.exit_code == 1 and "input 'input' must have shape [2, 64], got [3, 64]" in result.output
+    manifest = json.loads((build / "manifest.json").read_text())
+    manifest["artifacts"]["library_machine"] = "aarch64" if manifest["artifacts"]["library_machine"] != "aarch64" \
+        else "x86_64"
+    (build / "manifest.json").write_text(json.dumps(manifest))
+    result = run("run", build, "--input", tmp_path / "bad.npy")
+    assert result.exit_code == 1 and "copy the build directory to that device" in result.output
+
+
+def test_eval_of_a_model_file_writes_table_json_and_plot(corpus, tmp_path):
+    files, folder = corpus
+    out = tmp_path / "eval.json"
+    result = run("eval", files["bert"], "--formats", "mxint8,mxfp4", "--inputs", inputs_npz("bert", folder), "-o", out)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["eval"]
+    assert [r["format"] for r in rows] == ["mxint8", "mxfp4"] and rows[0]["cosine"] > rows[1]["cosine"]
+    assert (tmp_path / "eval.png").read_bytes()[:4] == b"\x89PNG"
+    result = run("eval", files["bert"], "--format", "mxfp4")
+    assert result.exit_code == 1 and "give its values with --inputs" in result.output
