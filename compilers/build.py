@@ -115,26 +115,34 @@ def export_library(executable, path: Path, cross_compiler: str | None = None) ->
     return path
 
 
-def nvcc_cubin(source_path: Path, arch: str, out_path: Path, timeout: float = 300) -> dict:
-    """Compile CUDA C to a cubin with nvcc; {"built": bool, "reason"/"nvcc": ...} for the manifest."""
+def gencode(arch: str) -> str:
+    """nvcc's ``-gencode`` value for ``sm_XX``: machine code for it and PTX, which newer GPUs' drivers JIT."""
+    virtual = "compute_" + arch.removeprefix("sm_")
+    return f"arch={virtual},code=[{arch},{virtual}]"
+
+
+def nvcc_fatbin(source_path: Path, archs: list[str], out_path: Path, timeout: float = 300) -> dict:
+    """Compile CUDA C to a fatbin for ``archs`` with nvcc; {"built": bool, "reason"/"nvcc": ...} for the manifest."""
     nvcc = shutil.which(NVCC)
+    label = ", ".join(archs)
     if nvcc is None:
         return {"built": False, "reason": "nvcc not found on PATH"}
+    command = [nvcc, "--fatbin", *(a for arch in archs for a in ("-gencode", gencode(arch))), "-o", str(out_path),
+               str(source_path)]
     try:
-        result = subprocess.run([nvcc, "-cubin", f"-arch={arch}", "-o", str(out_path), str(source_path)],
-                                capture_output=True, text=True, timeout=timeout, check=False)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return {"built": False, "arch": arch, "reason": f"nvcc took longer than {timeout:g} s for {arch}"}
+        return {"built": False, "archs": archs, "reason": f"nvcc took longer than {timeout:g} s for {label}"}
     if result.returncode != 0:
         errors = [line for line in result.stderr.splitlines() if "error" in line or "fatal" in line]
-        reason = f"nvcc failed for {arch}: {(errors or result.stderr.splitlines() or ['no message'])[0].strip()}"
+        reason = f"nvcc failed for {label}: {(errors or result.stderr.splitlines() or ['no message'])[0].strip()}"
         if "Unsupported gpu architecture" in result.stderr:  # e.g. TVM's sm_50 for a bare "cuda" with no GPU here
             codes = subprocess.run([nvcc, "--list-gpu-code"], capture_output=True, text=True, check=False).stdout.split()
             reason += (f" (this nvcc builds {', '.join(codes) or 'no architecture it lists'}; name the GPU: a target "
                        'such as h100, or {"kind": "cuda", "arch": "sm_90"})')
-        return {"built": False, "arch": arch, "reason": reason}
+        return {"built": False, "archs": archs, "reason": reason}
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout.strip().splitlines()
-    return {"built": True, "arch": arch, "nvcc": version[-1] if version else "unknown"}
+    return {"built": True, "archs": archs, "nvcc": version[-1] if version else "unknown"}
 
 
 ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64", 0x28: "arm", 0xF3: "riscv"}

@@ -2,7 +2,14 @@
 
 Nothing here imports ``tvm`` (the compiler, ``libtvm_compiler.so``): the library is
 loaded through ``tvm_ffi`` after the ``libtvm_runtime*`` libraries, and its Relax VM
-executable is started with ``vm_load_executable``. A device needs the build directory,
+executable is started with ``vm_load_executable``.
+
+TVM 0.27 keeps a CUDA build's kernels in the library as CUDA source and compiles them
+when the library loads, through a ``tvm_callback_cuda_compile`` function. ``edgekit
+compile`` compiles that same source with nvcc at build time (``kernels.fatbin``, machine
+code for the target's arch plus PTX); :func:`use_prebuilt_cuda` registers a callback that
+hands that fatbin over, after checking that the source it is asked to compile is the one
+the fatbin was made from. So the device needs the driver, not a CUDA compiler. A device needs the build directory,
 ``tvm_ffi`` (the ``apache-tvm-ffi`` wheel), those libraries (from the ``apache-tvm`` wheel's
 ``tvm/lib``, or a folder named by ``EDGEKIT_TVM_RUNTIME_DIR``) and, for CUDA builds, the
 driver. The manifest's target is checked against the machine before anything is loaded,
@@ -13,6 +20,7 @@ runtime where the compiler would have raised.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import importlib.util
 import json
 import os
@@ -54,6 +62,28 @@ def runtime_dir() -> Path:
 
 
 _loaded: set[str] = set()
+
+
+def source_digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def use_prebuilt_cuda(directory: Path, binary: dict) -> None:
+    """Register ``tvm_callback_cuda_compile`` to answer with the build's fatbin (made by nvcc at build time)."""
+    import tvm_ffi
+
+    if not binary.get("built"):
+        raise RuntimeError(f"the build carries no CUDA binary ({binary.get('reason', 'none recorded')}); compile it "
+                           "again where nvcc is installed")
+    fatbin = (directory / binary["file"]).read_bytes()
+
+    def prebuilt(code):
+        if source_digest(str(code)) != binary["source_sha256"]:
+            raise RuntimeError(f"the library's CUDA source is not the one {binary['file']} was compiled from: "
+                               "the build directory mixes files of two builds")
+        return fatbin
+
+    tvm_ffi.register_global_func("tvm_callback_cuda_compile", prebuilt, override=True)
 
 
 def load_runtime(device: str) -> None:
@@ -156,6 +186,8 @@ def load(directory, device_id: int = 0) -> LoadedBuild:
     if not library.is_file():
         raise ValueError(f"{library} is missing: the build directory is incomplete")
     load_runtime(device)
+    if device == "cuda":
+        use_prebuilt_cuda(directory, manifest["artifacts"].get("cuda_binary", {}))
     executable = tvm_ffi.load_module(str(library))["vm_load_executable"]()
     # The VM's devices: the build's, then the host CPU (for shape computations), each with a pooled allocator.
     cpu = DEVICE_TYPES["cpu"]

@@ -1,6 +1,6 @@
 """Compiled builds kept in the model cache, so a second report reuses them.
 
-A build is the directory ``edgekit compile`` writes (library, CUDA source and cubin,
+A build is the directory ``edgekit compile`` writes (library, CUDA source and fatbin,
 manifest), stored under ``<cache>/builds/<model>/<key>``. The key hashes the trained
 model's cache entry (its config and training code), the format, the target as TVM
 spells it, and the source of everything that shapes the binary (the compilers, the

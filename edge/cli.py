@@ -447,9 +447,10 @@ def compile_(model, fmt, layers, codes, target, output, seed, input_shapes):
                    f"scale bytes: {totals['weight_bits']:.3f} bits/weight")
     else:
         click.echo("\nno layer quantized: every weight is float")
-    cubin = manifest["artifacts"].get("cubin")
-    if cubin is not None and not cubin["built"]:
-        click.echo(f"no cubin: {cubin['reason']}", err=True)
+    binary = manifest["artifacts"].get("cuda_binary")
+    if binary is not None and not binary["built"]:
+        click.echo(f"no CUDA binary ({binary['reason']}): the device will need a CUDA compiler to load the build",
+                   err=True)
     click.echo(f"wrote {output}/ ({', '.join(sorted(p.name for p in output.iterdir()))})", err=True)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from edgekit.compilers.importer import ImportedModel, import_onnx, import_torch
 from edgekit.compilers.lower import DEVICES
 from edgekit.compilers.plan import BASELINES, make_plan, parse_overrides
+from edgekit.compilers.runtime import source_digest
 from edgekit.simulators.files import check_output_dir, staged_directory
 from edgekit.targets import host_arch
 
@@ -25,6 +26,7 @@ from .provenance import provenance
 MANIFEST = "manifest.json"
 LIBRARY = "model.so"
 CUDA_SOURCE = "kernels.cu"
+CUDA_BINARY = "kernels.fatbin"
 VM_CALL_OPS = ("relax.call_tir", "relax.call_dps_packed", "relax.call_pure_packed", "relax.shape_of")  # run by the VM
 
 
@@ -151,7 +153,7 @@ def preflight(imported: ImportedModel, plan: dict[str, str], target) -> list[str
 
 
 def cuda_arch(target, tvm_tgt) -> str | None:
-    """The GPU arch to build the cubin for: the target's own, else what its TVM target says."""
+    """The GPU arch to build the CUDA binary for: the target's own, else what its TVM target says."""
     arch = target.cuda_arch or tvm_tgt.attrs.get("arch")
     return str(arch) if arch else None
 
@@ -206,7 +208,7 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
     ``loaded``: ``load_model(model, seed)`` done already (lowering leaves it unchanged, so
     one import serves many builds).
     """
-    from edgekit.compilers.build import build, cuda_source, elf_machine, export_library, nvcc_cubin, schedule
+    from edgekit.compilers.build import build, cuda_source, elf_machine, export_library, nvcc_fatbin, schedule
     from edgekit.compilers.lower import lower
     from edgekit.targets import load_target, tvm_target
 
@@ -244,13 +246,13 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
         export_library(executable, staging / LIBRARY, cross)
         artifacts["library_machine"] = elf_machine(staging / LIBRARY)
         if device == "cuda":
-            (staging / CUDA_SOURCE).write_text(cuda_source(executable))
+            kernels_text = cuda_source(executable)
+            (staging / CUDA_SOURCE).write_text(kernels_text)
             artifacts["cuda_source"] = CUDA_SOURCE
-            cubin = f"kernels.{arch}.cubin"
-            artifacts["cubin"] = nvcc_cubin(staging / CUDA_SOURCE, arch, staging / cubin) if arch else {
-                "built": False, "reason": "the target names no CUDA arch"}
-            if artifacts["cubin"]["built"]:
-                artifacts["cubin"]["file"] = cubin
+            artifacts["cuda_binary"] = nvcc_fatbin(staging / CUDA_SOURCE, [arch], staging / CUDA_BINARY) if arch \
+                else {"built": False, "reason": "the target names no CUDA arch"}
+            if artifacts["cuda_binary"]["built"]:  # edgekit.runtime hands it to the library when it loads
+                artifacts["cuda_binary"].update(file=CUDA_BINARY, source_sha256=source_digest(kernels_text))
         manifest = {
             "model": source.label,
             "model_source": source.kind,

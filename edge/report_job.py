@@ -250,7 +250,7 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
             builds.append({**record, "built": True, "source": "cache" if cached else "measured",
                            "weight_bits": manifest["totals"]["weight_bits"],
                            "library_bytes": files.get("model.so"), "artifact_bytes": sum(files.values()),
-                           "files": files, "cubin": manifest["artifacts"].get("cubin", {}).get("built"),
+                           "files": files, "cuda_binary": manifest["artifacts"].get("cuda_binary", {}).get("built"),
                            "build_dir": str(build), "seconds": round(time.perf_counter() - start, 2)})
             if target.device == "cpu" and runs_here(target):
                 latencies.append({**record, **time_build(build / "model.so", inputs, plan.latency_rounds),

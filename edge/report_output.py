@@ -60,7 +60,7 @@ def build_rows(sections: dict) -> list[dict]:
                      "bits/weight": b.get("weight_bits"),
                      "library (KiB)": None if not b["built"] else b["library_bytes"] / 1024,
                      "all artifacts (KiB)": None if not b["built"] else b["artifact_bytes"] / 1024,
-                     "cubin": {True: "yes", False: "no", None: ""}[b.get("cubin")] if b["built"] else "",
+                     "CUDA binary": {True: "yes", False: "no", None: ""}[b.get("cuda_binary")] if b["built"] else "",
                      "host ms": lat["median_ms"] if lat else None,
                      "build s": b.get("seconds") if b["built"] else None,
                      "build": b["source"] if b["built"] else f"failed: {b['error']}"})

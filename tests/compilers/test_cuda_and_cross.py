@@ -7,7 +7,7 @@ import pytest
 import torch
 import tvm
 
-from edgekit.compilers.build import build, cuda_source, elf_machine, export_library, nvcc_cubin, schedule
+from edgekit.compilers.build import build, cuda_source, elf_machine, export_library, nvcc_fatbin, schedule
 from edgekit.compilers.importer import import_torch
 from edgekit.compilers.lower import lower
 from edgekit.compilers.plan import make_plan
@@ -49,9 +49,9 @@ def test_cuda_source_of_every_format_compiles(arch, cnn_per_format, tmp_path):
     assert all(f"{symbol}_kernel" in source for symbol in kernels)
     cu = tmp_path / "kernels.cu"
     cu.write_text(source)
-    result = nvcc_cubin(cu, arch, tmp_path / "kernels.cubin")
+    result = nvcc_fatbin(cu, [arch], tmp_path / "kernels.fatbin")
     assert result["built"], result
-    assert (tmp_path / "kernels.cubin").stat().st_size > 0
+    assert (tmp_path / "kernels.fatbin").stat().st_size > 0
 
 
 def test_whole_model_for_cuda_has_kernels(cnn_per_format):
@@ -97,7 +97,7 @@ def test_missing_cross_compiler_is_named(cnn_per_format, tmp_path):
 def test_nvcc_refusal_is_reported_not_raised(tmp_path):
     cu = tmp_path / "bad.cu"
     cu.write_text("__global__ void k() { this is not C; }\n")
-    result = nvcc_cubin(cu, "sm_90", tmp_path / "bad.cubin")
+    result = nvcc_fatbin(cu, ["sm_90"], tmp_path / "bad.fatbin")
     assert result["built"] is False and result["reason"].startswith("nvcc failed for sm_90: ")
     assert "error" in result["reason"]
 
@@ -107,6 +107,6 @@ def test_an_architecture_nvcc_lacks_is_reported_with_what_it_builds(tmp_path):
     """TVM's sm_50 for a bare "cuda" on a machine with no GPU: recent nvcc no longer builds it."""
     cu = tmp_path / "k.cu"
     cu.write_text("__global__ void k() {}\n")
-    result = nvcc_cubin(cu, "sm_10", tmp_path / "k.cubin")
+    result = nvcc_fatbin(cu, ["sm_10"], tmp_path / "k.fatbin")
     assert result["built"] is False and "Unsupported gpu architecture" in result["reason"]
     assert "this nvcc builds sm_" in result["reason"] and '"arch": "sm_90"' in result["reason"]

@@ -9,7 +9,7 @@ import torch
 import tvm
 from tvm import relax
 
-from edgekit.compilers.build import cuda_source, gpu_schedule, nvcc_cubin
+from edgekit.compilers.build import cuda_source, gpu_schedule, nvcc_fatbin
 from edgekit.compilers.liftquant_kernels import (
     BYTES_MAJOR,
     LAYOUTS,
@@ -150,7 +150,7 @@ def test_cuda_kernels_build_with_nvcc(tmp_path):
     for i, source in enumerate(sources):
         cu = tmp_path / f"liftquant{i}.cu"
         cu.write_text(source)
-        result = nvcc_cubin(cu, "sm_90", tmp_path / f"liftquant{i}.cubin")
+        result = nvcc_fatbin(cu, ["sm_90"], tmp_path / f"liftquant{i}.fatbin")
         assert result["built"], result
 
 

@@ -195,3 +195,26 @@ def test_eval_of_a_model_file_writes_table_json_and_plot(corpus, tmp_path):
     assert (tmp_path / "eval.png").read_bytes()[:4] == b"\x89PNG"
     result = run("eval", files["bert"], "--format", "mxfp4")
     assert result.exit_code == 1 and "give its values with --inputs" in result.output
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc is not installed")
+def test_a_cuda_build_carries_the_fatbin_the_runtime_hands_to_its_library(tmp_path):
+    """No GPU here: the build's fatbin, its source digest, and the load-time callback that hands it over."""
+    import tvm_ffi
+
+    from edgekit.compilers.runtime import read_manifest, source_digest, use_prebuilt_cuda
+
+    program = save_program(tmp_path)
+    build = tmp_path / "build"
+    result = run("compile", program, "--format", "mxfp4", "--target", "h100", "-o", build)
+    assert result.exit_code == 0, result.output
+    binary = read_manifest(build)["artifacts"]["cuda_binary"]
+    assert binary["built"] and binary["archs"] == ["sm_90a"]
+    fatbin = (build / binary["file"]).read_bytes()
+    source = (build / "kernels.cu").read_text()
+    assert binary["source_sha256"] == source_digest(source) and len(fatbin) > 1000
+    use_prebuilt_cuda(build, binary)
+    compile_cuda = tvm_ffi.get_global_func("tvm_callback_cuda_compile")
+    assert bytes(compile_cuda(source)) == fatbin
+    with pytest.raises(Exception, match="not the one kernels.fatbin was compiled from"):
+        compile_cuda(source + "\n// another build")

@@ -66,10 +66,10 @@ def test_compile_for_aarch64_boards(checkpoint, tmp_path, target):
     assert manifest["target"]["cross_compiler"] == "aarch64-linux-gnu-gcc"
     if target == "jetson-orin":
         assert (tmp_path / target / "kernels.cu").read_text().count("__global__") >= 3
-        cubin = manifest["artifacts"]["cubin"]
-        assert cubin["built"] == (shutil.which("nvcc") is not None)
-        if cubin["built"]:
-            assert cubin["arch"] == "sm_87" and (tmp_path / target / cubin["file"]).is_file()
+        binary = manifest["artifacts"]["cuda_binary"]
+        assert binary["built"] == (shutil.which("nvcc") is not None)
+        if binary["built"]:
+            assert binary["archs"] == ["sm_87"] and (tmp_path / target / binary["file"]).is_file()
 
 
 def test_compile_cuda_without_nvcc_says_so(checkpoint, tmp_path, monkeypatch):
@@ -77,8 +77,8 @@ def test_compile_cuda_without_nvcc_says_so(checkpoint, tmp_path, monkeypatch):
     result = run("compile", checkpoint[0], "--format", "mxfp8", "--target", "h100", "-o", tmp_path / "b")
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert manifest["artifacts"]["cubin"] == {"built": False, "reason": "nvcc not found on PATH"}
-    assert "no cubin: nvcc not found" in result.output
+    assert manifest["artifacts"]["cuda_binary"] == {"built": False, "reason": "nvcc not found on PATH"}
+    assert "no CUDA binary (nvcc not found on PATH)" in result.output
 
 
 def test_compile_onnx_file_and_registered_name(tmp_path):
