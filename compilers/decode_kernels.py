@@ -75,13 +75,20 @@ def decode_kernel(fmt: str | BlockFormat, layout: str, n: int, k_size: int, tens
     return te.create_prim_func([*reader.buffers, w])
 
 
-def dense_kernel(fmt: str | BlockFormat, layout: str, m: int, n: int, k_size: int,
+def batch_extent(size: int | None):
+    """A batch size as a kernel's extent: the number, or for ``None`` a symbolic ``m`` bound by the input."""
+    return tirx.Var("m", "int64") if size is None else size
+
+
+def dense_kernel(fmt: str | BlockFormat, layout: str, m: int | None, n: int, k_size: int,
                  tensor_scale: float | None = None):
     """``Y[m, n] = sum_k X[m, k] * W[n, k]`` with ``W`` decoded from codes in the reduction.
 
     The reduction runs over (block, element in block) so that code addresses are
-    affine in the loop variables and vectorize; a partial last block is masked.
+    affine in the loop variables and vectorize; a partial last block is masked. ``m``
+    None: any number of rows, read from the input's shape when the kernel runs.
     """
+    m = batch_extent(m)
     x = te.placeholder((m, k_size), "float32", name="x")
     reader = weight_reader(fmt, layout, (n,), k_size, tensor_scale)
     B = reader.block_size
@@ -101,9 +108,12 @@ def conv2d_kernel(fmt: str | BlockFormat, layout: str, data_shape: tuple, weight
     """NCHW / OIHW conv2d (groups = 1) with the weight decoded in the reduction.
 
     The weight was quantized along its input-channel axis, so the codecs stored it as
-    rows ``(o, kh, kw)`` of ``C`` elements: that is the row the decode reads.
+    rows ``(o, kh, kw)`` of ``C`` elements: that is the row the decode reads. A batch of
+    None in ``data_shape`` is symbolic: any batch, read from the input when the kernel runs.
     """
     batch, channels, height, width = data_shape
+    batch = batch_extent(batch)
+    data_shape = (batch, channels, height, width)
     out_channels, in_channels, kh_size, kw_size = weight_shape
     if in_channels != channels:
         raise ValueError(f"conv2d weight has {in_channels} input channels, data has {channels}")

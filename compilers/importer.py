@@ -21,18 +21,48 @@ class ImportedModel:
     params: dict[str, np.ndarray]  # parameter variable name -> value
     layers: dict[str, str]  # layer name -> variable name of its weight
     inputs: list[dict]  # [{"name", "shape", "dtype"}]
-    outputs: list[dict]  # [{"shape", "dtype"}]
+    outputs: list[dict]  # [{"shape", "dtype"}]; a symbolic dim is its name
     source: str  # "torch" or "onnx"
+    max_batch: int | None = None  # the largest batch a symbolic batch dim may take; None: shapes are static
+
+
+BATCH = "batch"  # the name of a symbolic batch dim
+
+
+def _dim(d):
+    from tvm import tirx
+
+    return int(d) if isinstance(d, tirx.IntImm) else str(d)
 
 
 def _signature(mod, num_inputs: int) -> tuple[list[dict], list[dict]]:
     func = mod["main"]
-    inputs = [{"name": p.name, "shape": [int(d) for d in p.ty.shape], "dtype": str(p.ty.dtype)}
+    inputs = [{"name": p.name, "shape": [_dim(d) for d in p.ty.shape], "dtype": str(p.ty.dtype)}
               for p in func.params[:num_inputs]]
     ret = func.ret_ty
     fields = list(ret.fields) if hasattr(ret, "fields") else [ret]
-    outputs = [{"shape": [int(d) for d in t.shape], "dtype": str(t.dtype)} for t in fields]
+    outputs = [{"shape": [_dim(d) for d in t.shape], "dtype": str(t.dtype)} for t in fields]
     return inputs, outputs
+
+
+def bound_batch(mod, max_batch: int | None):
+    """``mod`` whose main states the largest value of each symbolic dim, so memory is planned for it."""
+    if max_batch is None:
+        return mod
+    from tvm import tirx
+
+    symbols = {str(d) for p in mod["main"].params for d in getattr(p.ty, "shape", []) if isinstance(d, tirx.Var)}
+    if not symbols:
+        return mod
+    mod["main"] = mod["main"].with_attr("tir_var_upper_bound", dict.fromkeys(sorted(symbols), max_batch))
+    return mod
+
+
+def check_max_batch(max_batch) -> int | None:
+    if max_batch is not None and (isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1):
+        raise ValueError(f"max_batch must be a positive integer (or None for the example's fixed batch), "
+                         f"got {max_batch!r}")
+    return max_batch
 
 
 def _detach(mod, num_inputs: int) -> tuple[object, dict[str, np.ndarray]]:
@@ -44,8 +74,12 @@ def _detach(mod, num_inputs: int) -> tuple[object, dict[str, np.ndarray]]:
     return mod, dict(zip(names, values, strict=True))
 
 
-def import_torch(model, example_inputs: tuple) -> ImportedModel:
-    """``torch.export`` the module in eval mode and translate it to Relax."""
+def import_torch(model, example_inputs: tuple, max_batch: int | None = None) -> ImportedModel:
+    """``torch.export`` the module in eval mode and translate it to Relax.
+
+    ``max_batch``: every input's first dim becomes one symbolic batch of 1 to ``max_batch``
+    (the example's batch is then only a sample); None keeps the example's shapes.
+    """
     import torch
     from tvm.relax.frontend.torch import from_exported_program
 
@@ -54,10 +88,16 @@ def import_torch(model, example_inputs: tuple) -> ImportedModel:
     if not isinstance(example_inputs, tuple) or not example_inputs:
         raise ValueError("example_inputs must be a non-empty tuple of tensors")
     model = model.eval()
+    dynamic = None
+    if check_max_batch(max_batch) is not None and max_batch > 1:
+        # torch specializes a size of 1, so the traced sample has a batch of 2
+        example_inputs = tuple(x[:1].expand(2, *x.shape[1:]).contiguous() for x in example_inputs)
+        batch = torch.export.Dim(BATCH, min=1, max=max_batch)
+        dynamic = tuple({0: batch} for _ in example_inputs)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            program = torch.export.export(model, example_inputs)
+            program = torch.export.export(model, example_inputs, dynamic_shapes=dynamic)
     except Exception as err:  # torch raises many exception types here
         raise ValueError(f"torch.export could not trace {type(model).__name__}: {describe_error(err)}") from err
     try:
@@ -74,14 +114,16 @@ def import_torch(model, example_inputs: tuple) -> ImportedModel:
         if var in params:
             layers[layer] = var
     inputs, outputs = _signature(mod, len(example_inputs))
-    return ImportedModel(mod, params, layers, inputs, outputs, "torch")
+    return ImportedModel(bound_batch(mod, max_batch), params, layers, inputs, outputs, "torch",
+                         max_batch if dynamic else None)
 
 
-def import_onnx(model, sites: dict | None = None) -> ImportedModel:
-    """An ONNX graph (a path or a ``ModelProto`` with static input shapes, see ``onnx_graph``) into Relax.
+def import_onnx(model, sites: dict | None = None, max_batch: int | None = None) -> ImportedModel:
+    """An ONNX graph (a path or a ``ModelProto``, see ``onnx_graph``) into Relax.
 
     ``sites``: the weights a plan may quantize (``onnx_graph.weight_sites``, found when not
     given); those TVM's lowering can take (MatMul, Gemm, Conv) become layers.
+    ``max_batch``: the largest value of the graph's symbolic batch dim, if it has one.
     """
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
@@ -107,7 +149,9 @@ def import_onnx(model, sites: dict | None = None) -> ImportedModel:
         if site.op != "Gather" and var in params:
             layers[layer] = var
     inputs, outputs = _signature(mod, len(graph_inputs))
-    return ImportedModel(mod, params, layers, inputs, outputs, "onnx")
+    symbolic = any(isinstance(d, str) for i in inputs for d in i["shape"])
+    return ImportedModel(bound_batch(mod, max_batch if symbolic else None), params, layers, inputs, outputs, "onnx",
+                         check_max_batch(max_batch) if symbolic else None)
 
 
 

@@ -91,8 +91,13 @@ def weight_constants(fmt_name: str, weight_rows: np.ndarray, layout: str | None)
     return [to_layout(q.codes, fmt, layout), q.scales], q.tensor_scale, fields
 
 
-def _static_shape(expr) -> list[int]:
-    return [int(d) for d in expr.ty.shape]
+def _dims(expr) -> list:
+    """A tensor's shape: ints where static, the symbolic ``PrimExpr`` (a batch) where not."""
+    return [int(d) if isinstance(d, tvm.tirx.IntImm) else d for d in expr.ty.shape]
+
+
+def _static(dim) -> int | None:
+    return dim if isinstance(dim, int) else None
 
 
 @relax.expr_functor.mutator
@@ -149,18 +154,21 @@ class _LowerWeights(relax.PyExprMutator):
 
     def _dense(self, call, layer, value, transposed):
         x = call.args[0]
-        x_shape = _static_shape(x)
+        x_shape = _dims(x)
         rows = value if transposed else value.T  # (out, in): reductions along rows
         n, k = rows.shape
-        m = math.prod(x_shape[:-1])
+        m = math.prod(x_shape[:-1])  # a PrimExpr when the batch is symbolic
         op = "gemv" if m == 1 else "gemm"
         x2 = x if len(x_shape) == 2 else self.builder_.emit(relax.op.reshape(x, (m, k)))
         if is_liftquant(self.plan_formats[layer]):
+            if _static(m) is None:
+                raise ValueError(f"layer {layer!r}: LiftQuant kernels are built for a fixed batch; compile with a "
+                                 "fixed batch (--max-batch 1 or --input-shape) or plan the layer in a block format")
             y = self._liftquant_dense(layer, x2, rows, op, value.shape)
             return y if len(x_shape) == 2 else relax.op.reshape(self.builder_.emit(y), (*x_shape[:-1], n))
         fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, value.shape)
-        gv = add_kernel(self.builder_, dense_function(fmt_name, layout, m, n, k, ts),
-                        _kernel_name("dense", fmt_name, (m, n, k), layer, ts))
+        gv = add_kernel(self.builder_, dense_function(fmt_name, layout, _static(m), n, k, ts),
+                        _kernel_name("dense", fmt_name, (_static(m), n, k), layer, ts))
         y = relax.call_tir(gv, [x2, *consts], relax.TensorType((m, n), "float32"))
         if len(x_shape) == 2:
             return y
@@ -185,13 +193,13 @@ class _LowerWeights(relax.PyExprMutator):
         a = call.attrs
         return self._conv_kernel(layer, "conv2d", call.args[0], value, value.shape,
                                  tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
-                                 tuple(int(d) for d in a.dilation), _static_shape(call))
+                                 tuple(int(d) for d in a.dilation), _dims(call))
 
     def _conv1d(self, call, layer, value):
         """The conv2d kernel over (N, C, 1, W) with an (O, I, 1, K) weight: the same sums, exactly."""
         a = call.attrs
-        batch, channels, width = _static_shape(call.args[0])
-        out_shape = _static_shape(call)
+        batch, channels, width = _dims(call.args[0])
+        out_shape = _dims(call)
         x = self.builder_.emit(relax.op.reshape(call.args[0], (batch, channels, 1, width)))
         left, right = (int(p) for p in a.padding)
         y = self._conv_kernel(layer, "conv1d", x, value[:, :, None, :], value.shape, (1, int(a.strides[0])),
@@ -202,20 +210,20 @@ class _LowerWeights(relax.PyExprMutator):
         """``call_tir`` of the conv2d decode kernel for an OIHW ``value``; ``shape`` is the weight as the model holds it."""
         rows = np.transpose(value, (0, 2, 3, 1))  # OIHW -> O,H,W rows of input channels
         fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, shape)
-        x_shape = tuple(_static_shape(x))
+        x_shape = tuple(_static(d) if i == 0 else d for i, d in enumerate(_dims(x)))
         func = conv2d_kernel(fmt_name, layout, x_shape, value.shape, strides, padding, dilation, ts)
         gv = add_kernel(self.builder_, func, _kernel_name(op, fmt_name, x_shape + value.shape, layer, ts),
                         {KERNEL_ATTR: "conv2d"})
         return relax.call_tir(gv, [x, *consts], relax.TensorType(out_shape, "float32"))
 
 
-def dense_function(fmt_name: str, layout: str | None, m: int, n: int, k: int, tensor_scale: float | None):
-    """The dense kernel of one layer, with what ``build.schedule`` needs to schedule it."""
+def dense_function(fmt_name: str, layout: str | None, m: int | None, n: int, k: int, tensor_scale: float | None):
+    """The dense kernel of one layer (``m`` None: any batch), with what ``build.schedule`` needs to schedule it."""
     func = dense_kernel(fmt_name, layout, m, n, k, tensor_scale)
     bits = FLOAT_BITS[fmt_name] if fmt_name in BASELINES else block_format(fmt_name).element.bits
     lanes = dense_lanes(reduction_block(fmt_name, k), layout or PACKED, bits)
     return func.with_attr({KERNEL_ATTR: "dense", "edgekit.lanes": lanes,
-                           "edgekit.parallel": m * n * k >= PARALLEL_MIN_WEIGHTS})
+                           "edgekit.parallel": (m or 1) * n * k >= PARALLEL_MIN_WEIGHTS})
 
 
 def _symbol(text: str) -> str:
@@ -228,7 +236,7 @@ def _kernel_name(op: str, fmt_name: str, shape, layer: str, tensor_scale: float 
     when a per-tensor scale is compiled in, which makes the kernel the layer's own."""
     if tensor_scale is not None:
         return f"{op}_{_symbol(fmt_name)}_{_symbol(layer)}"
-    return f"{op}_{_symbol(fmt_name)}_{'x'.join(map(str, shape))}"
+    return f"{op}_{_symbol(fmt_name)}_{'x'.join('any' if d is None else str(d) for d in shape)}"
 
 
 def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu", encoded: dict | None = None

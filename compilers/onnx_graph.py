@@ -23,6 +23,7 @@ from .importer import describe_error
 PASS_THROUGH = ("Transpose", "Cast", "Identity")  # ops between an initializer and the op that reads it
 WEIGHT_SLOTS = {"MatMul": 1, "Gemm": 1, "Conv": 1}
 EMBEDDING_SLOT = ("Gather", 0)
+BATCH = "batch"  # the name a symbolic batch dim is given
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,10 @@ def parse_input_shapes(items) -> dict[str, tuple[int, ...]]:
 
 
 def input_shapes(model: onnx.ModelProto, given: dict[str, tuple[int, ...]] | None = None,
-                 batch: int = 1) -> dict[str, tuple[int, ...]]:
-    """A concrete shape for every graph input: ``given`` where named, else the file's own dims with a
-    symbolic leading (batch) dim set to ``batch``. Another symbolic dim must be given."""
+                 batch: int | None = 1) -> dict[str, tuple]:
+    """A shape for every graph input: ``given`` where named, else the file's own dims with a symbolic
+    leading (batch) dim set to ``batch`` (None: left symbolic, named ``batch``). Another symbolic dim
+    must be given."""
     given = dict(given or {})
     inputs = graph_inputs(model)
     strange = sorted(set(given) - set(inputs))
@@ -98,7 +100,7 @@ def input_shapes(model: onnx.ModelProto, given: dict[str, tuple[int, ...]] | Non
             continue
         shape = [d if isinstance(d, int) and d > 0 else None for d in dims]
         if shape and shape[0] is None:
-            shape[0] = batch
+            shape[0] = BATCH if batch is None else batch
         if None in shape:
             raise ValueError(f"input {name!r} has symbolic dims {dims}: give its size, e.g. --input-shape "
                              f"{name}={'x'.join(str(d) if d is not None else '16' for d in shape)}")
@@ -106,9 +108,9 @@ def input_shapes(model: onnx.ModelProto, given: dict[str, tuple[int, ...]] | Non
     return shapes
 
 
-def simplify(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx.ModelProto:
-    """``model`` with its inputs fixed to ``shapes`` (none: left as they are), shapes inferred and constant
-    subgraphs folded (onnxslim).
+def simplify(model: onnx.ModelProto, shapes: dict[str, tuple]) -> onnx.ModelProto:
+    """``model`` with its inputs set to ``shapes`` (ints, or a name for a symbolic dim; none given: left as
+    they are), shapes inferred and constant subgraphs folded (onnxslim).
 
     Transformer exports compute shapes at run time (Shape -> Gather -> Expand ...);
     with the input shapes known those subgraphs fold away, and TVM's frontend imports
@@ -116,9 +118,17 @@ def simplify(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]]) -> onnx
     """
     import onnxslim
 
-    spec = [f"{name}:{','.join(map(str, dims))}" for name, dims in shapes.items()]
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    for value in model.graph.input:
+        if value.name in shapes:
+            dims = value.type.tensor_type.shape.dim
+            for dim, size in zip(dims, shapes[value.name], strict=True):
+                if isinstance(size, str):
+                    dim.dim_param = size
+                else:
+                    dim.dim_value = size
     try:
-        return onnxslim.slim(model, input_shapes=spec or None)
+        return onnxslim.slim(model)
     except Exception as err:  # onnxslim raises from its own passes and from onnx's shape inference
         raise ValueError(f"the ONNX graph could not be simplified for input shapes {shapes}: "
                          f"{describe_error(err)}") from err

@@ -134,16 +134,31 @@ class LoadedBuild:
             names = ", ".join(i["name"] for i in self.inputs)
             raise ValueError(f"the build takes {len(self.inputs)} input(s) ({names}), got {len(arrays)}")
         out = []
+        sizes: dict[str, int] = {}  # what each symbolic dim takes in this call: one batch for every input
         for spec, array in zip(self.inputs, arrays, strict=True):
             array = np.asarray(array)
-            if list(array.shape) != list(spec["shape"]):
-                raise ValueError(f"input {spec['name']!r} must have shape {spec['shape']}, got {list(array.shape)}")
+            if not self.fits(spec["shape"], array.shape, sizes):
+                limit = f" (symbolic dims from 1 to {self.manifest['max_batch']}, the same in every input)" \
+                    if self.manifest.get("max_batch") else ""
+                raise ValueError(f"input {spec['name']!r} must have shape {spec['shape']}{limit}, "
+                                 f"got {list(array.shape)}")
             if array.dtype != np.dtype(spec["dtype"]):
                 if not np.can_cast(array.dtype, spec["dtype"], casting="same_kind"):
                     raise ValueError(f"input {spec['name']!r} must be {spec['dtype']}, got {array.dtype}")
                 array = array.astype(spec["dtype"])
             out.append(aligned(array))
         return out
+
+    def fits(self, expected: list, shape: tuple, sizes: dict) -> bool:
+        if len(expected) != len(shape):
+            return False
+        for want, got in zip(expected, shape, strict=True):
+            if isinstance(want, str):
+                if not 1 <= got <= (self.manifest.get("max_batch") or got) or sizes.setdefault(want, got) != got:
+                    return False
+            elif want != got:
+                return False
+        return True
 
     def __call__(self, *arrays) -> list[np.ndarray]:
         import tvm_ffi

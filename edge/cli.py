@@ -426,7 +426,10 @@ def report(models, formats, targets, deploy_items, configs, rounds, cache_dir, o
               show_default=True, help="Build directory (written in full or not at all).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for training a registered model.")
 @input_shape_option
-def compile_(model, fmt, layers, codes, target, output, seed, input_shapes):
+@click.option("--max-batch", type=click.IntRange(1), default=None,
+              help="Build for any batch from 1 to this (1: exactly 1). Default: a model file's symbolic batch up "
+                   "to 64, a zoo model's example batch.")
+def compile_(model, fmt, layers, codes, target, output, seed, input_shapes, max_batch):
     """Compile MODEL (registered name, checkpoint, .onnx or torch.export .pt2) for a target: library, CUDA
     source, manifest.
 
@@ -437,7 +440,7 @@ def compile_(model, fmt, layers, codes, target, output, seed, input_shapes):
 
     fmt = fmt or ("fp32" if codes else "mxfp4")  # quantize leaves the layers it does not code in float
     manifest = run_job(compile_model, model, fmt, target, output, layers, seed=seed, codes=codes,
-                       input_shapes=input_shapes_from(input_shapes))
+                       input_shapes=input_shapes_from(input_shapes), max_batch=max_batch)
     rows = [{"layer": name, **{k: r[k] for k in ("format", "op", "layout", "codes_bytes", "scales_bytes",
                                                   "weight_bits")}} for name, r in manifest["layers"].items()]
     click.echo(markdown_table(rows))
@@ -451,6 +454,9 @@ def compile_(model, fmt, layers, codes, target, output, seed, input_shapes):
     if binary is not None and not binary["built"]:
         click.echo(f"no CUDA binary ({binary['reason']}): the device will need a CUDA compiler to load the build",
                    err=True)
+    shapes = ", ".join(f"{i['name']} {i['shape']}" for i in manifest["inputs"])
+    batch = f"; any batch up to {manifest['max_batch']}" if manifest.get("max_batch") else ""
+    click.echo(f"inputs: {shapes}{batch}", err=True)
     click.echo(f"wrote {output}/ ({', '.join(sorted(p.name for p in output.iterdir()))})", err=True)
 
 

@@ -68,7 +68,7 @@ def evaluate_model_file(model: str, formats: list[str], inputs: Path | None = No
                         progress: Callable | None = None) -> list[dict]:
     """One row per (format, output): quantized layers of all, their bits per weight, cosine, max/mean error and
     top-1 agreement against float."""
-    source = resolve_model(model, seed, log, input_shapes, embeddings, static=False)
+    source = resolve_model(model, seed, log, input_shapes, embeddings, fix_shapes=False)
     with tempfile.TemporaryDirectory(prefix="edgekit-eval-") as tmp:
         float_path = Path(tmp) / "fp32.onnx"
         float_path.write_bytes(source.graph.SerializeToString())
