@@ -1,0 +1,140 @@
+"""Users' own models through export, compile and run, measured in one process (run by hand).
+
+    python benchmarks/user_models.py [--formats fp16,mxint8,...] [--rounds 30] [--threads 2]
+                                     [-o benchmarks/results/user_models.json] [--allow-dirty]
+
+The corpus is the tests' (``tests/compilers/user_models.py``): transformers' BERT, GPT-2, ViT,
+ResNet-18 and MobileNetV2 built from config classes with random weights, and a bare
+``nn.Linear(256, 128)`` exported by ``torch.onnx.export`` (opset 17, TorchScript exporter).
+
+1. Accuracy against float without a metric (``edgekit eval MODEL.onnx``): each format's
+   quantized ONNX in onnxruntime on the same inputs (batch 4; token ids drawn in the
+   vocabulary): cosine similarity, max and mean error, top-1 agreement of the last axis.
+2. Compile for this CPU in MXFP4 and run with TVM's runtime alone (``edgekit.runtime``):
+   the largest difference from onnxruntime running the MXFP4 ONNX export, relative to the
+   output's largest magnitude; whether the batch stayed symbolic; and the median latency
+   of the build against onnxruntime fp32 on the float graph, interleaved, at batch 1 and 4.
+3. One build for any batch against one for batch 1: ResNet-18's symbolic-batch build and
+   its batch-1 build, timed at batch 1 (the cost of the symbolic batch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+FORMATS = "fp16,mxint8,mxfp8_e4m3,mxfp6_e2m3,mxfp4,mxint4,nvfp4,liftquant_24to10"
+# transformer exports carry shape arithmetic TVM cannot import with a symbolic batch: built per batch
+FIXED = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "vit": ["pixel_values"]}
+
+
+def median_ms(fn, rounds: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+def compile_dir(model: Path, fmt: str, out: Path, shapes: list[str] = (), max_batch: int | None = None) -> dict:
+    from edgekit.compile_job import compile_model
+    from edgekit.compilers.onnx_graph import parse_input_shapes
+
+    return compile_model(str(model), fmt, "host", out, input_shapes=parse_input_shapes(shapes), max_batch=max_batch,
+                         log=lambda _: None)
+
+
+def shapes_for(name: str, feeds: dict) -> list[str]:
+    return [f"{k}={'x'.join(map(str, feeds[k].shape))}" for k in FIXED.get(name, [])]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--formats", default=FORMATS)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("-o", "--output", type=Path, default=ROOT / "benchmarks/results/user_models.json")
+    parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
+    args = parser.parse_args()
+
+    import torch
+
+    from edgekit.bench_job import configure_tvm_threads
+    from edgekit.compile_job import export_model
+    from edgekit.compilers.onnx_export import onnx_session
+    from edgekit.compilers.runtime import load
+    from edgekit.graph_eval_job import evaluate_model_file
+    from edgekit.output import atomic_write, json_safe, markdown_table
+    from edgekit.provenance import provenance, require_clean_tree
+    from tests.compilers.user_models import CORPUS, export_onnx, inputs_npz
+
+    require_clean_tree(args.allow_dirty)
+    torch.set_num_threads(args.threads)
+    configure_tvm_threads(args.threads)
+    load_before = provenance(0, args.threads)["cpu"]["load_average"]
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    accuracy, builds, dynamic = [], [], []
+    with tempfile.TemporaryDirectory(prefix="edgekit-user-models-") as tmp:
+        tmp = Path(tmp)
+        for name in CORPUS:
+            print(f"{name} ...", file=sys.stderr)
+            path = export_onnx(name, tmp)
+            for row in evaluate_model_file(str(path), formats, inputs_npz(name, tmp, 4), log=lambda _: None):
+                accuracy.append({"model": name, **{k: v for k, v in row.items() if k != "seconds"}})
+            quantized = tmp / f"{name}_mxfp4.onnx"
+            export_model(str(path), "mxfp4", quantized, log=lambda _: None)
+            float_session, q_session = onnx_session(path, threads=args.threads), onnx_session(quantized)
+            for batch in (1, 4):
+                feeds = dict(np.load(inputs_npz(name, tmp, batch)))
+                symbolic = name not in FIXED
+                if symbolic and batch != 1 and (tmp / f"{name}_build").exists():
+                    build_dir = tmp / f"{name}_build"
+                else:
+                    build_dir = tmp / f"{name}_build{'' if symbolic else batch}"
+                    manifest = compile_dir(path, "mxfp4", build_dir, shapes_for(name, feeds))
+                built = load(build_dir)
+                arrays = [feeds[i["name"]] for i in built.inputs]
+                got = built(*arrays)[0]
+                expected = q_session.run(None, feeds)[0]
+                tvm_ms = median_ms(lambda b=built, a=arrays: b(*a), args.rounds)
+                ort_ms = median_ms(lambda s=float_session, f=feeds: s.run(None, f), args.rounds)
+                builds.append({"model": name, "batch": batch, "symbolic_batch": manifest.get("max_batch") is not None,
+                               "layers": len(manifest["layers"]),
+                               "max_rel_diff_vs_onnxruntime": float(np.abs(got - expected).max()
+                                                                    / np.abs(expected).max()),
+                               "tvm_mxfp4_ms": tvm_ms, "onnxruntime_fp32_ms": ort_ms,
+                               "speedup_vs_onnxruntime_fp32": ort_ms / tvm_ms})
+        print("resnet18: symbolic against fixed batch ...", file=sys.stderr)
+        path = tmp / "resnet18.onnx"
+        fixed = tmp / "resnet18_fixed"
+        compile_dir(path, "mxfp4", fixed, max_batch=1)
+        x = [np.load(inputs_npz("resnet18", tmp, 1))["pixel_values"]]
+        for _ in range(3):  # interleaved, so both see the same machine state
+            for label, directory in (("symbolic (any batch up to 64)", tmp / "resnet18_build"), ("batch 1", fixed)):
+                built = load(directory)
+                dynamic.append({"build": label, "batch": 1, "ms": median_ms(lambda b=built: b(*x), args.rounds)})
+    dynamic = [{"build": label, "batch": 1, "median_ms": statistics.median(r["ms"] for r in dynamic
+                                                                             if r["build"] == label)}
+               for label in dict.fromkeys(r["build"] for r in dynamic)]
+    meta = {**provenance(0, args.threads), "load_average_before": load_before, "rounds": args.rounds}
+    sections = {"accuracy": accuracy, "builds": builds, "symbolic_batch": dynamic}
+    atomic_write(args.output, json.dumps(json_safe({"meta": meta, **sections}), indent=2) + "\n")
+    for title, rows in sections.items():
+        print(f"\n## {title}\n\n{markdown_table(rows)}")
+    print(f"\nwrote {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
