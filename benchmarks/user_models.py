@@ -83,7 +83,7 @@ def main():
     require_clean_tree(args.allow_dirty)
     torch.set_num_threads(args.threads)
     configure_tvm_threads(args.threads)
-    load_before = provenance(0, args.threads)["cpu"]["load_average"]
+    meta = {**provenance(0, args.threads), "rounds": args.rounds}  # the SHA of the tree the run started on
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     accuracy, builds, dynamic = [], [], []
     with tempfile.TemporaryDirectory(prefix="edgekit-user-models-") as tmp:
@@ -128,7 +128,7 @@ def main():
     dynamic = [{"build": label, "batch": 1, "median_ms": statistics.median(r["ms"] for r in dynamic
                                                                              if r["build"] == label)}
                for label in dict.fromkeys(r["build"] for r in dynamic)]
-    meta = {**provenance(0, args.threads), "load_average_before": load_before, "rounds": args.rounds}
+    meta["load_average_after"] = provenance()["cpu"]["load_average"]
     sections = {"accuracy": accuracy, "builds": builds, "symbolic_batch": dynamic}
     atomic_write(args.output, json.dumps(json_safe({"meta": meta, **sections}), indent=2) + "\n")
     for title, rows in sections.items():
