@@ -140,7 +140,8 @@ def decode_weight_nodes(name: str, q: QuantizedTensor) -> tuple[list[onnx.NodePr
 
 
 def onnx_session(path, providers=None, threads: int | None = None, level: str = "ORT_ENABLE_BASIC"):
-    """An onnxruntime session, at ``ORT_ENABLE_BASIC`` unless ``level`` says otherwise.
+    """An onnxruntime session of the model at ``path`` (or its serialized bytes), at ``ORT_ENABLE_BASIC``
+    unless ``level`` says otherwise.
 
     Higher levels fuse dequantize patterns into kernels whose numerics differ from the
     simulators (see NOTES); BASIC only folds constants and removes redundant nodes.

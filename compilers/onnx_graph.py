@@ -35,6 +35,7 @@ class WeightSite:
     op: str  # "MatMul", "Gemm", "Conv" or "Gather"
     axis: int  # the axis of the stored tensor along which input channels run
     shape: tuple
+    activation: str = ""  # the tensor the weight multiplies (MatMul/Gemm), for calibration statistics
 
 
 def read_onnx(path) -> onnx.ModelProto:
@@ -214,9 +215,38 @@ def weight_sites(model: onnx.ModelProto, embeddings: bool = False) -> tuple[dict
         layer = _layer_name(init_name, node, index)
         while layer in sites:
             layer += "_"
-        sites[layer] = WeightSite(layer, init_name, node.op_type, axis, shape)
+        multiplies = node.input[0] if node.op_type in ("MatMul", "Gemm") and not attrs.get("transA", 0) else ""
+        sites[layer] = WeightSite(layer, init_name, node.op_type, axis, shape, multiplies)
     return sites, skipped
 
 
 def initializer_array(model: onnx.ModelProto, name: str) -> np.ndarray:
     return numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == name))
+
+
+def weight_rows(model: onnx.ModelProto, site: WeightSite) -> np.ndarray:
+    """A 2-D site's weight as rows of input channels (out, in), float64: the form LiftQuant codes."""
+    weight = initializer_array(model, site.initializer).astype(np.float64)
+    return np.ascontiguousarray(weight if site.axis == 1 else weight.T)
+
+
+def with_weights(model: onnx.ModelProto, site_rows: dict[WeightSite, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` whose sites hold other weights, given as rows (out, in) in float."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    by_name = {site.initializer: (site, rows) for site, rows in site_rows.items()}
+    for i, init in enumerate(model.graph.initializer):
+        if init.name in by_name:
+            site, rows = by_name[init.name]
+            value = rows if site.axis == 1 else rows.T
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(init.data_type)
+            model.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.ascontiguousarray(value, dtype), init.name))
+    return model
+
+
+def with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy of ``model`` that also outputs the float tensors ``names`` (activations to calibrate on)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    present = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+                              for n in dict.fromkeys(names) if n not in present)
+    return model

@@ -46,24 +46,28 @@ class ConfigList(click.ParamType):
               help="Also write the model with its LiftQuant weights (simulated, float32) as a checkpoint.")
 @click.option("--codes", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the packed codes and scales of every layer (.npz).")
+@click.option("--inputs", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="A model file's calibration inputs: an .npz keyed by input name (default: standard normal floats).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=Path("quantize.json"),
               show_default=True, help="Where to write the choice and the achieved figures.")
 @click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default=None,
               help="File format of --output (default: from its suffix, else json).")
 def quantize(model, method, bits, budget, target, configs, group_size, calibration_batches, finetune_steps, seed,
-             save, codes, output, output_format):
-    """Quantize MODEL (registered name or checkpoint) with LiftQuant to --bits, --budget or --target.
+             save, codes, inputs, output, output_format):
+    """Quantize MODEL (registered name, checkpoint, .onnx or .pt2) with LiftQuant to --bits, --budget or --target.
 
     A knapsack over layer sensitivity and bytes picks one configuration per Linear layer so
     that the bits per weight (or the model's size) land within 1% below the request; a
     target's memory is a ceiling. Prints and saves the per-layer choice and the totals.
+    A model file is calibrated on --inputs with onnxruntime and not fine-tuned; it is scored
+    by the cosine similarity of its output to float.
     """
     from .cli import resolve_output_format, run_job
     from .quantize_job import result_rows, run_quantize
 
     result = run_job(run_quantize, model, bits=bits, budget=budget, target=target, candidates=configs,
                      group_size=group_size, calibration_batches=calibration_batches, finetune_steps=finetune_steps,
-                     seed=seed, save=save, codes=codes)
+                     seed=seed, save=save, codes=codes, inputs=inputs)
     totals = result["totals"]
     text = markdown_table(result_rows(result))
     asked = (f"{bits} bits/weight" if bits is not None else

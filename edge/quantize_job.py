@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import re
 import time
 from collections.abc import Callable
@@ -119,19 +120,24 @@ def weighted_error(w: np.ndarray, q: LiftQuantTensor, stats: LayerStats, rows: n
     return float((stats.fisher[rows] * err).sum() * stats.fisher.size / len(rows))
 
 
-def layer_options(layers: dict[str, nn.Linear], candidates: list[str], group_size: int | None) -> dict[str, list[Option]]:
-    """Options per layer with their exact bytes and no cost yet: enough to check a request."""
-    return {name: [Option(c, layer_nbytes(formats.get_liftquant_format(c), tuple(layer.weight.shape),
-                                          group_size=group_size, input_scales=True), 0.0) for c in candidates]
-            for name, layer in layers.items()}
+def layer_options(shapes: dict[str, tuple], candidates: list[str], group_size: int | None) -> dict[str, list[Option]]:
+    """Options per layer (its weight's (out, in) shape) with their exact bytes and no cost yet: enough to
+    check a request."""
+    return {name: [Option(c, layer_nbytes(formats.get_liftquant_format(c), tuple(shape), group_size=group_size,
+                                          input_scales=True), 0.0) for c in candidates]
+            for name, shape in shapes.items()}
 
 
-def sensitivities(layers: dict[str, nn.Linear], stats: dict[str, LayerStats], options: dict[str, list[Option]], *,
+def float_rows(layers: dict[str, nn.Linear]) -> dict[str, np.ndarray]:
+    """Each Linear layer's weight (out, in) in float64: what LiftQuant codes."""
+    return {name: layer.weight.detach().double().numpy() for name, layer in layers.items()}
+
+
+def sensitivities(weights: dict[str, np.ndarray], stats: dict[str, LayerStats], options: dict[str, list[Option]], *,
                   group_size: int | None, seed: int, log: Callable[[str], None]) -> dict[str, list[Option]]:
     """The options with their cost: the Fisher-weighted output error, from a seeded sample of rows."""
     costed = {}
-    for li, (name, layer) in enumerate(layers.items()):
-        w = layer.weight.detach().double().numpy()
+    for li, (name, w) in enumerate(weights.items()):
         rows = sample_rows(w.shape[0], seed + li)
         costed[name] = [dataclasses.replace(o, cost=weighted_error(
             w[rows], quantize(w[rows], o.format, group_size=group_size, seed=seed), stats[name], rows))
@@ -216,6 +222,18 @@ def choose_input_scales(w: np.ndarray, fmt, stats: LayerStats, *, group_size, se
     return best[1], best[2]
 
 
+def code_layer(name: str, w: np.ndarray, config: str, stats: LayerStats, *, group_size: int | None, seed: int,
+               log: Callable[[str], None]) -> tuple[LiftQuantTensor, dict]:
+    """One layer's weight (out, in) in LiftQuant ``config``, with the input multipliers that serve it best."""
+    fmt = formats.get_liftquant_format(config)
+    alpha, m = choose_input_scales(w, fmt, stats, group_size=group_size, seed=seed)
+    tensor = quantize(w, fmt, input_scales=m, group_size=group_size, seed=seed)
+    if tensor.padding:
+        log(f"{name}: {w.shape[1]} inputs are not a multiple of d={fmt.chunk}: padded with {tensor.padding} "
+            "zero columns")
+    return tensor, {"alpha": alpha}
+
+
 def quantize_units(model: nn.Module, choice: dict[str, str], stats: dict[str, LayerStats], batches: list, *,
                    group_size: int | None, finetune_steps: int, seed: int,
                    log: Callable[[str], None]) -> tuple[nn.Module, dict[str, LiftQuantTensor], dict[str, dict]]:
@@ -226,13 +244,8 @@ def quantize_units(model: nn.Module, choice: dict[str, str], stats: dict[str, La
         start = time.perf_counter()
         for name in names:
             w = model.get_submodule(name).weight.detach().double().numpy()
-            fmt = formats.get_liftquant_format(choice[name])
-            alpha, m = choose_input_scales(w, fmt, stats[name], group_size=group_size, seed=seed)
-            tensors[name] = quantize(w, fmt, input_scales=m, group_size=group_size, seed=seed)
-            notes[name] = {"alpha": alpha}
-            if tensors[name].padding:
-                log(f"{name}: {w.shape[1]} inputs are not a multiple of d={fmt.chunk}: padded with "
-                    f"{tensors[name].padding} zero columns")
+            tensors[name], notes[name] = code_layer(name, w, choice[name], stats[name], group_size=group_size,
+                                                    seed=seed, log=log)
         summary = {"start_loss": None, "final_loss": None, "steps": 0}
         if finetune_steps:
             inputs = capture(_with_weights(qmodel, tensors, names), unit_name, batches, outputs=False)
@@ -292,12 +305,12 @@ def quantize_model(entry, config, model: nn.Module, *, bits: float | None = None
     fixed = float_bytes(model, list(layers))
     request = {"total_weights": total_weights, "bits": bits, "budget_bytes": budget_bytes, "fixed_bytes": fixed,
                "ceiling": ceiling}
-    options = layer_options(layers, names, group_size)
+    options = layer_options({name: tuple(layer.weight.shape) for name, layer in layers.items()}, names, group_size)
     plan(options, **request)  # a request no configuration can meet is refused before any work
     start = time.perf_counter()
     stats, batches = calibrate(entry, config, model, calibration_batches, seed)
     log(f"calibrated {len(layers)} layers on {len(batches)} batches")
-    options = sensitivities(layers, stats, options, group_size=group_size, seed=seed, log=log)
+    options = sensitivities(float_rows(layers), stats, options, group_size=group_size, seed=seed, log=log)
     choice = plan(options, **request)
     chosen = {name: opt.format for name, opt in choice.layers.items()}
     qmodel, tensors, notes = quantize_units(model, chosen, stats, batches, group_size=group_size,
@@ -328,19 +341,118 @@ def quantize_model(entry, config, model: nn.Module, *, bits: float | None = None
     return result, qmodel, tensors
 
 
+def graph_statistics(graph, sites: dict, feeds: dict[str, np.ndarray]) -> dict[str, LayerStats]:
+    """Per 2-D weight of an ONNX graph, the second moment of what it multiplies, from one onnxruntime run on
+    ``feeds``. A graph has no loss to differentiate: every output channel weighs the same."""
+    from edgekit.compilers.onnx_export import onnx_session
+    from edgekit.compilers.onnx_graph import with_outputs
+
+    names = [site.activation for site in sites.values()]
+    session = onnx_session(with_outputs(graph, names).SerializeToString())
+    values = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+    stats = {}
+    for layer, site in sites.items():
+        x = values[site.activation].reshape(-1, values[site.activation].shape[-1]).astype(np.float64)
+        gram = x.T @ x / len(x)
+        rows = site.shape[0] if site.axis == 1 else site.shape[1]
+        stats[layer] = LayerStats(gram, np.sqrt(np.diag(gram)), np.ones(rows))
+    return stats
+
+
+def quantize_graph(source, feeds: dict[str, np.ndarray], *, bits: float | None = None, budget_bytes: int | None = None,
+                   ceiling: bool = False, candidates: list[str] | None = None, group_size: int | None = None,
+                   seed: int = 0, log: Callable[[str], None] = print) -> tuple[dict, dict[str, LiftQuantTensor]]:
+    """LiftQuant the MatMul/Gemm weights of a model file (``compile_job.resolve_model``) calibrated on ``feeds``.
+
+    The same passes as :func:`quantize_model` without the model's loss and fine-tuning,
+    which a graph does not bring: statistics from an onnxruntime run, the knapsack on
+    the output error, input multipliers per layer. Scored as the output's agreement with
+    float (``simulators.metrics.output_agreement``) on the same inputs.
+    """
+    from edgekit.compilers.onnx_export import onnx_session
+    from edgekit.compilers.onnx_graph import weight_rows, with_weights
+    from edgekit.simulators.metrics import output_agreement
+
+    sites = {name: site for name, site in source.sites.items() if site.activation and len(site.shape) == 2}
+    if not sites:
+        raise ValueError(f"{source.label} has no MatMul/Gemm weight for LiftQuant to code")
+    names = [formats.get_liftquant_format(c).name for c in (candidates or formats.LIFTQUANT_FORMATS)]
+    weights = {name: weight_rows(source.graph, site) for name, site in sites.items()}
+    total_weights = sum(w.size for w in weights.values())
+    coded = {site.initializer for site in sites.values()}
+    fixed = sum(4 * math.prod(t.dims) for t in source.graph.graph.initializer if t.name not in coded)  # as float32
+    request = {"total_weights": total_weights, "bits": bits, "budget_bytes": budget_bytes, "fixed_bytes": fixed,
+               "ceiling": ceiling}
+    options = layer_options({name: w.shape for name, w in weights.items()}, names, group_size)
+    plan(options, **request)
+    start = time.perf_counter()
+    stats = graph_statistics(source.graph, sites, feeds)
+    log(f"calibrated {len(sites)} layers on {len(next(iter(feeds.values())))} input rows")
+    options = sensitivities(weights, stats, options, group_size=group_size, seed=seed, log=log)
+    choice = plan(options, **request)
+    tensors, notes = {}, {}
+    for name, option in choice.layers.items():
+        tensors[name], notes[name] = code_layer(name, weights[name], option.format, stats[name],
+                                                group_size=group_size, seed=seed, log=log)
+    used = {t.format.name: t.format for t in tensors.values()}
+    quantized_bytes = sum(t.nbytes for t in tensors.values()) + sum(codebook_bytes(f) for f in used.values())
+    session = onnx_session(source.graph.SerializeToString())
+    simulated = onnx_session(with_weights(source.graph, {sites[n]: t.dequantize() for n, t in tensors.items()})
+                             .SerializeToString())
+    agreement = output_agreement(session.run(None, feeds)[0], simulated.run(None, feeds)[0])
+    rows = [{"layer": name, "shape": list(t.shape), "format": t.format.name, "bits/weight": t.bits_per_weight,
+             "bytes": t.nbytes, "padding": t.padding, "sensitivity": choice.layers[name].cost, **notes[name]}
+            for name, t in tensors.items()]
+    totals = {"weights": total_weights, "quantized_bytes": quantized_bytes,
+              "codebook_bytes": quantized_bytes - sum(t.nbytes for t in tensors.values()),
+              "bits_per_weight": 8 * quantized_bytes / total_weights, "float_bytes": fixed,
+              "model_bytes": quantized_bytes + fixed, "requested_bits": bits, "requested_bytes": budget_bytes,
+              "planned_cost": choice.cost, "seconds": round(time.perf_counter() - start, 1)}
+    result = {"layers": rows, "totals": totals, "metric": "cosine", "float": {"cosine": 1.0}, "quantized": agreement,
+              "settings": {"candidates": names, "group_size": group_size, "calibration": "onnxruntime run on --inputs",
+                           "finetune_steps": 0, "seed": seed}}
+    return result, tensors
+
+
 def run_quantize(model: str, *, bits: float | None = None, budget: str | None = None, target: str | None = None,
                  candidates: list[str] | None = None, group_size: int | None = None, calibration_batches: int = 8,
                  finetune_steps: int = 200, seed: int = 0, save: Path | None = None, codes: Path | None = None,
-                 cache_dir=None, log: Callable[[str], None] = print) -> dict:
-    """``edgekit quantize``: resolve MODEL, pick the request (bits, budget or target memory), run, save."""
+                 cache_dir=None, inputs: Path | None = None, log: Callable[[str], None] = print) -> dict:
+    """``edgekit quantize``: resolve MODEL, pick the request (bits, budget or target memory), run, save.
+
+    MODEL as an ``.onnx`` or ``.pt2`` file is calibrated on ``inputs`` (an ``.npz`` keyed by
+    input name; default: drawn float inputs) and not fine-tuned.
+    """
     from edgekit.models.registry import save_checkpoint
 
+    from .compile_job import GRAPH_SUFFIXES, resolve_model
     from .model_jobs import resolve
 
     given = [x is not None for x in (bits, budget, target)]
     if sum(given) != 1:
         raise ValueError("give exactly one of --bits, --budget or --target")
     budget_bytes = parse_size(budget) if budget is not None else target_memory(target) if target else None
+    if Path(model).suffix.lower() in GRAPH_SUFFIXES:
+        from edgekit.compilers.onnx_export import onnx_session
+
+        from .graph_eval_job import load_inputs
+
+        if save:
+            raise ValueError("--save writes a zoo checkpoint; for a model file use --codes, then "
+                             "`edgekit compile MODEL --codes FILE` or `edgekit export`")
+        source = resolve_model(model, seed, log, fix_shapes=False)
+        feeds = load_inputs(inputs, onnx_session(source.graph.SerializeToString()), seed)
+        result, tensors = quantize_graph(source, feeds, bits=bits, budget_bytes=budget_bytes,
+                                         ceiling=target is not None, candidates=candidates, group_size=group_size,
+                                         seed=seed, log=log)
+        result["model"] = source.label
+        result["totals"]["target"] = target
+        if codes:
+            save_tensors(codes, tensors)
+            result["codes"] = str(codes)
+        return result
+    if inputs:
+        raise ValueError("--inputs calibrates a model file (.onnx, .pt2); a zoo model calibrates on its training data")
     entry, config, module, _ = resolve(model, {}, cache_dir=cache_dir, log=log)
     result, qmodel, tensors = quantize_model(entry, config, module, bits=bits, budget_bytes=budget_bytes,
                                              ceiling=target is not None, candidates=candidates,

@@ -254,3 +254,24 @@ def test_a_cuda_build_carries_the_fatbin_the_runtime_hands_to_its_library(tmp_pa
     assert bytes(compile_cuda(source)) == fatbin
     with pytest.raises(Exception, match="not the one kernels.fatbin was compiled from"):
         compile_cuda(source + "\n// another build")
+
+
+def test_quantize_a_model_file_to_a_bit_width_then_compile_its_codes(corpus, tmp_path):
+    files, folder = corpus
+    codes, out = tmp_path / "codes.npz", tmp_path / "quantize.json"
+    result = run("quantize", files["bert"], "--bits", 3, "--inputs", inputs_npz("bert", folder, 4), "--codes", codes,
+                 "-o", out)
+    assert result.exit_code == 0, result.output
+    totals = json.loads(out.read_text())["totals"][0]
+    assert 2.97 <= totals["bits_per_weight"] <= 3.0  # within 1% below the request
+    report = json.loads(out.read_text())["result"][0]
+    assert report["quantized"]["cosine"] > 0.99 and len(report["layers"]) == 12
+    build = tmp_path / "build"
+    result = run("compile", files["bert"], "--codes", codes, "--input-shape", "input_ids=2x16",
+                 "--input-shape", "attention_mask=2x16", "-o", build)
+    assert result.exit_code == 0, result.output
+    layers = json.loads((build / "manifest.json").read_text())["layers"]
+    chosen = {r["layer"]: r["format"] for r in report["layers"]}
+    assert {name: r["format"] for name, r in layers.items()} == chosen
+    result = run("quantize", files["bert"], "--bits", 3, "--save", tmp_path / "m.pt")
+    assert result.exit_code == 1 and "--save writes a zoo checkpoint" in result.output
