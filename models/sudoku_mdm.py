@@ -31,18 +31,18 @@ from .training import TrainSpec
 @dataclass(frozen=True)
 class SudokuMDMConfig:
     size: int = 4  # 4 or 9
-    width: int = 128
-    layers: int = 4
-    heads: int = 4
-    mlp: int = 256
-    steps: int = 2000
-    batch: int = 64
-    lr: float = 1e-3
-    warmup: int = 100
+    width: int = 64
+    layers: int = 2
+    heads: int = 2
+    mlp: int = 128
+    steps: int = 400
+    batch: int = 32
+    lr: float = 2e-3
+    warmup: int = 20
     grids: int = 5000  # 9x9 grids generated (4x4 uses all 288)
     split_seed: int = 0  # the grid split and puzzles; independent of the training seed
     level: str = "hard"
-    eval_puzzles: int = 200
+    eval_puzzles: int = 300
     sample_steps: int = 0  # sampler rounds; 0: one cell per round
     candidates: int = 8  # Info-Gain candidate actions per round
     temperature: float = 1.0  # Info-Gain Gumbel noise scale
@@ -66,8 +66,7 @@ class SudokuMDMConfig:
     @classmethod
     def tiny(cls, **overrides) -> SudokuMDMConfig:
         """A config for tests: trains in a few seconds on one core."""
-        return cls(**{"width": 64, "layers": 2, "heads": 2, "mlp": 128, "steps": 300, "batch": 32, "lr": 2e-3,
-                      "warmup": 20, "level": "medium", "eval_puzzles": 24, "candidates": 4, **overrides})
+        return cls(**{"steps": 300, "level": "medium", "eval_puzzles": 24, "candidates": 4, **overrides})
 
 
 # --- model ----------------------------------------------------------------------------
