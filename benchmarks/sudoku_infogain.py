@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy import stats
+from seed_stats import interval
 
 from edgekit.models import mdm_samplers, registry, sudoku_mdm
 from edgekit.models.weights import quantized_copy
@@ -28,14 +28,6 @@ from edgekit.provenance import provenance, require_clean_tree
 
 FORMATS = ("fp32", "mxint8", "mxfp4")
 METRICS = ("solve_rate", "cell_accuracy", "violations", "seconds_per_puzzle")
-
-
-def interval(values) -> dict:
-    """Mean, sample standard deviation and 95% t-interval half-width over seeds."""
-    values = np.asarray(values, dtype=float)
-    sd = float(values.std(ddof=1)) if len(values) > 1 else 0.0
-    half = float(stats.t.ppf(0.975, len(values) - 1) * sd / np.sqrt(len(values))) if len(values) > 1 else 0.0
-    return {"mean": float(values.mean()), "std": sd, "ci95": half, "values": values.tolist()}
 
 
 def run_seed(config, rounds: list[int], temperatures: list[float], val_puzzles: int, log) -> dict:
