@@ -19,7 +19,7 @@ from types import ModuleType
 
 from torch import nn
 
-from . import cache, digits, fluxnet, lm, mdm_samplers, meanflow_policy, metaworld_demos, pde, sudoku, sudoku_mdm, training
+from . import cache, cgmmd, cgmmd_data, digits, fluxnet, lm, mdm_samplers, meanflow_policy, metaworld_demos, pde, sudoku, sudoku_mdm, training
 from .cache import CheckpointError
 
 
@@ -68,6 +68,10 @@ MODELS: dict[str, ModelEntry] = {
         "Info-Gain samplers at equal forward calls", sudoku_mdm.SudokuMDMConfig, sudoku_mdm.build,
         sudoku_mdm.train_spec, sudoku_mdm.evaluate, sudoku_mdm.example_inputs, "solve_rate", True,
         (sudoku_mdm, mdm_samplers, sudoku, lm)),
+    "cgmmd": ModelEntry(
+        "cgmmd", "CGMMD conditional generator G(x, noise) trained by nearest-neighbour conditional MMD; task= bimodal "
+        "| heteroscedastic | ring | denoise | superres, method= cgmmd | mse | cgan", cgmmd.CGMMDConfig, cgmmd.build,
+        cgmmd.train_spec, cgmmd.evaluate, cgmmd.example_inputs, "cond_mmd", False, (cgmmd, cgmmd_data)),
 }
 
 
