@@ -19,7 +19,7 @@ from types import ModuleType
 
 from torch import nn
 
-from . import cache, cgmmd, cgmmd_data, digits, fluxnet, lm, mdm_samplers, meanflow_policy, metaworld_demos, pde, sudoku, sudoku_mdm, training
+from . import cache, cgmmd, cgmmd_data, digits, dna_data, dnachunker, fluxnet, lm, mdm_samplers, meanflow_policy, metaworld_demos, pde, sudoku, sudoku_mdm, training
 from .cache import CheckpointError
 
 
@@ -72,6 +72,11 @@ MODELS: dict[str, ModelEntry] = {
         "cgmmd", "CGMMD conditional generator G(x, noise) trained by nearest-neighbour conditional MMD; task= bimodal "
         "| heteroscedastic | ring | denoise | superres, method= cgmmd | mse | cgan", cgmmd.CGMMDConfig, cgmmd.build,
         cgmmd.train_spec, cgmmd.evaluate, cgmmd.example_inputs, "cond_mmd", False, (cgmmd, cgmmd_data)),
+    "dnachunker": ModelEntry(
+        "dnachunker", "DNAChunker masked DNA language model with learned chunking on a synthetic genome; chunking= "
+        "dynamic | kmer | bpe, encoder= conv | gru", dnachunker.DNAChunkerConfig, dnachunker.build,
+        dnachunker.train_spec, dnachunker.evaluate, dnachunker.example_inputs, "masked_accuracy", True,
+        (dnachunker, dna_data, lm)),
 }
 
 
