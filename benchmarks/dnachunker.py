@@ -1,6 +1,7 @@
 """DNAChunker's learned chunking against fixed k-mer and BPE tokenizations in the same network.
 
-For each chunking (``dynamic``, ``kmer``, ``bpe``; k-mer length and BPE vocabulary 4^k with
+For each variant CHUNKING/ENCODER (default: dynamic, kmer and bpe with the convolutional
+encoder, and dynamic with the bidirectional GRU; k-mer length and BPE vocabulary 4^k with
 k = the dynamic chunker's target mean chunk length): the learning rate is chosen on
 validation windows (masked-base accuracy, training seed = the first seed), then the chosen
 configuration is trained with every seed and scored once on test windows
@@ -26,9 +27,12 @@ from edgekit.provenance import provenance, require_clean_tree
 REGIONS = ("motif", "repeat", "background")
 
 
-def run_chunking(chunking: str, seeds, lrs, overrides, log) -> dict:
+def run_variant(variant: str, seeds, lrs, overrides, log) -> dict:
+    chunking, _, encoder = variant.partition("/")
+
     def config(lr, seed):
-        return registry.make_config("dnachunker", {**overrides, "chunking": chunking, "lr": lr, "seed": seed})
+        return registry.make_config("dnachunker", {**overrides, "chunking": chunking, "encoder": encoder or "conv",
+                                                   "lr": lr, "seed": seed})
 
     tuning = {}
     for lr in lrs:
@@ -42,9 +46,9 @@ def run_chunking(chunking: str, seeds, lrs, overrides, log) -> dict:
         runs.append({"seed": seed, "train_seconds": trained.train_seconds,
                      **dnachunker.evaluate(trained.model, cfg)})
     metrics = [k for k in runs[0] if k not in ("seed", "train_seconds")]
-    row = {"chunking": chunking, "validation_masked_accuracy": tuning, "lr": best, "runs": runs,
+    row = {"variant": variant, "validation_masked_accuracy": tuning, "lr": best, "runs": runs,
            **{k: interval([r[k] for r in runs]) for k in metrics}}
-    log(f"{chunking}: lr {best} (val {tuning}); " + ", ".join(
+    log(f"{variant}: lr {best} (val {tuning}); " + ", ".join(
         f"{k} {row[k]['mean']:.4g}+-{row[k]['ci95']:.2g}" for k in metrics))
     return row
 
@@ -55,10 +59,11 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = [r["chunking"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    names = [r["variant"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     axes[0].bar(names, [r["masked_accuracy"]["mean"] for r in rows],
-                yerr=[r["masked_accuracy"]["ci95"] for r in rows], capsize=4, color=["C0", "C1", "C2"][:len(rows)])
+                yerr=[r["masked_accuracy"]["ci95"] for r in rows], capsize=4,
+                color=[f"C{i}" for i in range(len(rows))])
     axes[0].set_ylim(0.25, None)
     axes[0].set_title("test masked-base accuracy")
     width = 0.8 / len(REGIONS)
@@ -85,7 +90,8 @@ def plot(rows: list[dict], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--chunkings", nargs="+", default=list(dnachunker.CHUNKINGS))
+    parser.add_argument("--variants", nargs="+", default=["dynamic/conv", "kmer/conv", "bpe/conv", "dynamic/gru"],
+                        metavar="CHUNKING/ENCODER")
     parser.add_argument("--lrs", nargs="+", type=float, default=[1e-3, 3e-3])
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
                         help="dnachunker config overrides shared by every run")
@@ -95,9 +101,9 @@ def main() -> None:
     require_clean_tree(args.allow_dirty)
     torch.set_num_threads(1)
     overrides = registry.parse_config_items(args.config)
-    rows = [run_chunking(c, args.seeds, args.lrs, overrides, print) for c in args.chunkings]
+    rows = [run_variant(v, args.seeds, args.lrs, overrides, print) for v in args.variants]
     base = dataclasses.asdict(registry.make_config("dnachunker", overrides))
-    for key in ("chunking", "lr", "seed"):
+    for key in ("chunking", "encoder", "lr", "seed"):
         base.pop(key)
     result = {"provenance": provenance(seed=args.seeds[0], threads=1), "seeds": args.seeds, "lrs": args.lrs,
               "config": base, "rows": rows}

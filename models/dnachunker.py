@@ -272,12 +272,14 @@ def chunk_lengths(boundaries: np.ndarray) -> np.ndarray:
 
 def moved_far(before: np.ndarray, after: np.ndarray, site: int, shift: int, distance: int) -> float:
     """Mean count of boundaries changed farther than ``distance`` from ``site`` after a variant;
-    positions past the site are compared with their ``shift``-ed place (1 for an insertion)."""
+    positions past the site are compared with their ``shift``-ed place (1 for an insertion).
+    Positions within ``distance`` of the window's end are left out too: an insertion pushes the
+    last base out of the window, which changes the context there, not the variant."""
     length = before.shape[1]
     pos = np.arange(length)
     far = np.abs(pos - site) > distance
     mapped = np.where(pos >= site, pos + shift, pos)
-    inside = far & (mapped < length)
+    inside = far & (mapped < length - distance) & (pos < length - distance)
     return float((before[:, inside] != after[:, mapped[inside]]).sum(1).mean())
 
 
@@ -292,9 +294,10 @@ def masked_accuracy(model: nn.Module, config: DNAChunkerConfig, split: str = "te
 
 
 def evaluate(model: nn.Module, config: DNAChunkerConfig = DNAChunkerConfig()) -> dict:
-    """On test windows: ``masked_accuracy``; ``mean_chunk`` length and its value over motif,
-    repeat and background bases; ``snp_far_moves`` and ``insertion_far_moves``: boundaries
-    moved more than 8 bases away from a variant at the window's centre, per window."""
+    """On test windows: ``masked_accuracy``; ``mean_chunk`` length, and ``chunk_in_motif`` /
+    ``_repeat`` / ``_background``: the mean length of the chunk holding a base of each kind;
+    ``snp_far_moves`` and ``insertion_far_moves``: boundaries moved more than 8 bases away from
+    a variant at the window's centre, per window."""
     out = {"masked_accuracy": masked_accuracy(model, config, "test")}
     rng = np.random.default_rng([config.seed, 98])
     bases, labels = dna_data.windows("test", config.eval_windows, config.length, rng, config.genome_length)

@@ -4,7 +4,7 @@ import torch
 from scipy.stats import wasserstein_distance
 
 from edgekit.models import cgmmd, cgmmd_data
-from edgekit.models.cgmmd import CGMMDConfig, build, generate, mmd2
+from edgekit.models.cgmmd import CGMMDConfig, build, generate
 from edgekit.models.registry import make_config, train
 
 torch.set_num_threads(1)
@@ -60,19 +60,27 @@ def test_bad_task_split_and_widths_are_refused():
 
 # --- the loss -------------------------------------------------------------------------
 
-def test_mmd_is_zero_for_equal_sets_and_grows_with_the_shift():
-    a = torch.randn(3, 50, 2, generator=torch.Generator().manual_seed(0))
-    widths = (0.5, 1.0)
-    assert torch.allclose(mmd2(a, a, widths), torch.zeros(3), atol=1e-6)
-    near, far = mmd2(a, a + 0.3, widths), mmd2(a, a + 1.5, widths)
-    assert (near > 0).all() and (far > near).all()
-    assert torch.allclose(mmd2(a, a + 0.3, widths), mmd2(a + 0.3, a, widths))
+def test_ecmmd_is_zero_for_a_perfect_generator_and_penalises_the_mean_and_shifts():
+    gen = torch.Generator().manual_seed(0)
+    n, k, widths = 4000, 8, (0.5, 1.0)
+
+    def bimodal(shape):  # every x shares the same two-mode conditional
+        return torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0)[..., None]
+
+    y, y_nb = bimodal((n,)), bimodal((n, k))
+    assert cgmmd.ecmmd(y, y, y_nb, y_nb, widths).item() == pytest.approx(0.0, abs=1e-6)
+    honest = cgmmd.ecmmd(y, bimodal((n,)), y_nb, bimodal((n, k)), widths).item()
+    mean = cgmmd.ecmmd(y, torch.zeros(n, 1), y_nb, torch.zeros(n, k, 1), widths).item()
+    assert abs(honest) < 0.02 and mean > 0.3
+    near = cgmmd.ecmmd(y, y + 0.3, y_nb, y_nb + 0.3, widths).item()
+    far = cgmmd.ecmmd(y, y + 1.5, y_nb, y_nb + 1.5, widths).item()
+    assert 0 < near < far
 
 
-def test_neighbour_table_lists_each_point_then_its_nearest():
+def test_neighbour_table_lists_each_points_nearest_others():
     x = np.array([[0.0], [0.1], [0.25], [1.0], [1.05]])
     table = cgmmd.neighbour_table(x, 2)
-    assert table.tolist() == [[0, 1], [1, 0], [2, 1], [3, 4], [4, 3]]
+    assert table.tolist() == [[1, 2], [0, 2], [1, 0], [4, 2], [3, 2]]
 
 
 def test_gan_losses_each_reach_one_player():

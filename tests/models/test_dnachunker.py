@@ -140,6 +140,11 @@ def test_moved_far_counts_boundaries_moved_away_from_the_site():
     # an insertion at 6 shifts everything after it by one: no far move when compared shifted
     inserted = np.concatenate([before[:, :6], [[1]], before[:, 6:-1]], axis=1)
     assert dnachunker.moved_far(before, inserted, 6, 1, 2) == 0
+    edge = inserted.copy()
+    edge[0, -1] = 1 - edge[0, -1]  # the window's cut end is not the variant's doing
+    assert dnachunker.moved_far(before, edge, 6, 1, 2) == 0
+    edge[0, 1] = 1 - edge[0, 1]
+    assert dnachunker.moved_far(before, edge, 6, 1, 2) == 1
 
 
 def test_bad_config_is_refused():
