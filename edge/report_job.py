@@ -32,8 +32,11 @@ DEFAULT_FORMATS = ("fp32", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "
                    "liftquant_16to8", "liftquant_24to10", "liftquant_12to4", "liftquant_16to4")  # 2, 2.4, 3, 4 code bits
 DEFAULT_TARGETS = ("host", "h100", "rpi4")
 # Parameter counts of a realistic deployment of each method, for the memory budget: a
-# 7B-parameter LLM, a 100M-parameter PDE surrogate, a 300M-parameter robot policy.
-DEFAULT_DEPLOY_PARAMS = {"lm": 7e9, "fluxnet": 1e8, "meanflow_policy": 3e8, "digits": 1e6}
+# 7B-parameter LLM, a 100M-parameter PDE surrogate, a 300M-parameter robot policy, an 8B masked
+# diffusion LM (LLaDA-8B, the Info-Gain paper's), a 10M-parameter conditional generator, a
+# 100M-parameter DNA language model.
+DEFAULT_DEPLOY_PARAMS = {"lm": 7e9, "fluxnet": 1e8, "meanflow_policy": 3e8, "digits": 1e6, "sudoku_mdm": 8e9,
+                         "cgmmd": 1e7, "dnachunker": 1e8}
 # The report trains shorter than each model's default (``edgekit train``) and scores the LM on
 # half its validation windows, so that the whole default report finishes on 2 CPU cores well
 # inside 30 minutes from a cold cache (the LM's 700 default steps alone take about 13 minutes).

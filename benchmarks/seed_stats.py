@@ -1,0 +1,14 @@
+"""Summaries over training seeds shared by the benchmark scripts (imported from their folder)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+
+def interval(values) -> dict:
+    """Mean, sample standard deviation and 95% t-interval half-width over seeds, with the values."""
+    values = np.asarray(values, dtype=float)
+    sd = float(values.std(ddof=1)) if len(values) > 1 else 0.0
+    half = float(stats.t.ppf(0.975, len(values) - 1) * sd / np.sqrt(len(values))) if len(values) > 1 else 0.0
+    return {"mean": float(values.mean()), "std": sd, "ci95": half, "values": values.tolist()}
