@@ -209,7 +209,7 @@ def smoothed_potential(posterior: Posterior, smoothing: float) -> Callable[[np.n
                       + moreau_value(r1, x, smoothing) - moreau_value(r2, x, smoothing))
 
 
-def quadrature(posterior: Posterior, half_width: float = 5.0, points: int = 601,
+def quadrature(posterior: Posterior, half_width: float = 8.0, points: int = 801,
                potential: Callable[[np.ndarray], np.ndarray] | None = None) -> Quadrature:
     """Marginal densities of a 1-2 dimensional posterior (or of exp(-``potential``)) on a regular
     grid: exact up to the grid."""
