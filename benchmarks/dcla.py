@@ -83,6 +83,7 @@ def main():
     args = parser.parse_args()
     require_clean_tree(args.allow_dirty)
     seeds = [int(s) for s in args.seeds.split(",")]
+    made_with = provenance(seeds[0], threads=1)  # at the start: the code the run began with
     validation, test, chosen = [], [], {}
     for target, penalty in itertools.product(GRIDS, dcla.PRIORS):
         key = "w1" if target == "toy" else "mse"
@@ -106,7 +107,7 @@ def main():
     for row in summary:
         print(row)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"meta": {**provenance(seeds[0], threads=1), "seeds": seeds, "grids": GRIDS,
+    args.output.write_text(json.dumps({"meta": {**made_with, "seeds": seeds, "grids": GRIDS,
                                                 "budget": BUDGET, "validation_seeds": VALIDATION_SEEDS},
                                        "chosen": chosen, "summary": summary, "test": test,
                                        "validation": validation}, indent=1) + "\n")

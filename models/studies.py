@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import dcla
+from . import comparison_oracle, dcla
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,10 @@ STUDIES: dict[str, StudyEntry] = {
         "dcla", "DC-LA proximal Langevin sampling from exp(-f - r1 + r2) against MYULA on r1 and sub-gradient "
         "Langevin; target= toy (2-d, exact by quadrature) or deconvolution (64 pixels)",
         dcla.DCLAConfig, dcla.evaluate, "w1_dcla", False),
+    "comparison_oracle": StudyEntry(
+        "comparison_oracle", "Gradient testing (O(1) queries) and estimation (n log(sqrt(n)/eps) queries) with an "
+        "oracle that only compares two values; function= quadratic, logistic or quantized_net (MXFP4 digits MLP)",
+        comparison_oracle.ComparisonOracleConfig, comparison_oracle.evaluate, "estimator_error", False),
 }
 
 
