@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import comparison_oracle, dcla
+from . import comparison_oracle, dcla, usable_information
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,10 @@ STUDIES: dict[str, StudyEntry] = {
         "comparison_oracle", "Gradient testing (O(1) queries) and estimation (n log(sqrt(n)/eps) queries) with an "
         "oracle that only compares two values; function= quadratic, logistic or quantized_net (MXFP4 digits MLP)",
         comparison_oracle.ComparisonOracleConfig, comparison_oracle.evaluate, "estimator_error", False),
+    "usable_information": StudyEntry(
+        "usable_information", "Usable (V-)information between the digits MLP's layers and its quantized copies' "
+        "(what each format destroys, layer by layer), with linear CKA; family= linear or mlp",
+        usable_information.UsableInformationConfig, usable_information.evaluate, "min_info_quant_to_float", True),
 }
 
 
