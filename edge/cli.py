@@ -672,6 +672,10 @@ main.add_command(quantize)
 
 main.add_command(fl)
 
+from .study_cli import study
+
+main.add_command(study)
+
 
 if __name__ == "__main__":
     main()

@@ -85,7 +85,7 @@ def model_names() -> list[str]:
 
 
 def get_model(name: str) -> ModelEntry:
-    if isinstance(name, ModelEntry):
+    if not isinstance(name, str):  # an entry already (a model's, or a study's from .studies)
         return name
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; registered: {', '.join(MODELS)}")
