@@ -11,6 +11,7 @@ import click
 
 from . import __version__
 from .fl_cli import fl
+from .fuzzeval_cli import fuzzeval
 from .output import OUTPUT_FORMATS, markdown_table, write_result
 
 
@@ -539,6 +540,7 @@ from .quantize_cli import quantize
 main.add_command(quantize)
 
 main.add_command(fl)
+main.add_command(fuzzeval)
 
 
 if __name__ == "__main__":
