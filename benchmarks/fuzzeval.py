@@ -72,6 +72,7 @@ def main(argv=None) -> None:
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fuzzeval.json"))
     args = parser.parse_args(argv)
     require_clean_tree(args.allow_dirty)
+    prov = provenance(seed=args.seeds[0], threads=1)  # at the start: the code that ran
     problems = load_problems()[:args.problems]
     per_seed, started = [], time.perf_counter()
     for seed in args.seeds:
@@ -93,7 +94,7 @@ def main(argv=None) -> None:
                                     for k in ("violation_rate", "fdr_mean", "selection_rate", "recall", "abstained")}
                                 for m in METHODS} for e in args.epsilons} for split in ("candidate", "problem")}
     result = {"command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
-              "provenance": provenance(seed=args.seeds[0], threads=1), "sandbox_layers": isolation_layers(),
+              "provenance": prov, "sandbox_layers": isolation_layers(),
               "problems": len(problems), "candidates_per_problem": args.candidates, "splits": args.splits,
               "epsilons": args.epsilons, "delta": args.delta, "summary": summary, "per_seed": per_seed,
               "seconds": time.perf_counter() - started}

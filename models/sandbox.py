@@ -45,11 +45,14 @@ class Limits:
     open_files: int = 64
     processes: int = 8  # margin above the user's current processes (non-root only)
     site_packages: bool = False  # True for programs that import installed packages (scipy, highspy, ortools)
+    preload: tuple[str, ...] = ()  # trusted modules imported before the audit hook (needs site_packages)
 
     def __post_init__(self):
         for name in ("seconds", "memory_mb", "output_bytes", "open_files", "processes"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"Limits.{name} must be positive, got {getattr(self, name)!r}")
+        if self.preload and not self.site_packages:
+            raise ValueError("Limits.preload names installed modules, so it needs site_packages=True")
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ def run_python(source: str, limits: Limits = Limits(), stdin: str = "") -> Sandb
         out_path, err_path = Path(root, ".stdout"), Path(root, ".stderr")
         env = {"PATH": "/usr/bin:/bin", "HOME": root, "TMPDIR": root, "LANG": "C.UTF-8"}
         argv = [sys.executable, "-I"] + ([] if limits.site_packages else ["-S"])
-        argv += [sandbox_guard.__file__, root, str(program)]
+        argv += [sandbox_guard.__file__, root, str(program), *limits.preload]
         start = time.perf_counter()
         timed_out = False
         with open(out_path, "wb") as out, open(err_path, "wb") as err:

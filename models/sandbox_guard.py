@@ -1,6 +1,9 @@
 """Run as a script inside the sandbox: install an audit hook, then run the untrusted program.
 
-    python -I [-S] sandbox_guard.py ROOT PROGRAM.py
+    python -I [-S] sandbox_guard.py ROOT PROGRAM.py [MODULE ...]
+
+MODULEs (trusted installed packages such as a solver) are imported before the hook goes in, so
+their own use of ctypes at import time is allowed; calls through ctypes afterwards are not.
 
 The hook (PEP 578; it cannot be removed once added) ends the process with exit code
 :data:`VIOLATION` and one ``SANDBOX-VIOLATION: ...`` line on stderr when the program tries
@@ -62,7 +65,7 @@ def make_hook(root: str):
             _stop(f"process creation or signalling: {event}")
         elif event in _NETWORK_EVENTS:
             _stop(f"network access: {event}")
-        elif event == "ctypes.dlopen":
+        elif event in ("ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function", "ctypes.cdata"):
             _stop("native code through ctypes")
         elif event == "import" and args[0] in _BLOCKED_IMPORTS:
             _stop(f"import of {args[0]} (process creation or native code)")
@@ -71,7 +74,9 @@ def make_hook(root: str):
 
 
 def main() -> None:
-    root, program = sys.argv[1], sys.argv[2]
+    root, program, preload = sys.argv[1], sys.argv[2], sys.argv[3:]
+    for module in preload:
+        __import__(module)
     with open(program, encoding="utf-8") as handle:
         code = compile(handle.read(), program, "exec")
     sys.argv = [program]

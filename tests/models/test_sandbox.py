@@ -99,3 +99,15 @@ def test_bad_limits_and_bad_source_are_refused():
         Limits(memory_mb=-1)
     with pytest.raises(ValueError, match="source"):
         run_python(b"print(1)")
+
+
+def test_preloaded_trusted_modules_may_use_ctypes_but_the_program_may_not():
+    limits = Limits(seconds=10, memory_mb=1024, site_packages=True, preload=("numpy",))
+    assert run_python("import numpy\nprint(numpy.arange(4).sum())", limits).stdout == "6\n"
+    # numpy imports ctypes at import time: without the preload that is refused
+    assert run_python("import numpy", Limits(seconds=10, memory_mb=1024, site_packages=True)).status == "violation"
+    # ctypes is then in memory, but calling through it (libc's getpid via pythonapi) is stopped
+    result = run_python("import numpy, ctypes\nprint(ctypes.pythonapi.getpid())", limits)
+    assert result.status == "violation" and "ctypes" in result.detail
+    with pytest.raises(ValueError, match="site_packages"):
+        Limits(preload=("numpy",))
