@@ -12,6 +12,7 @@ import click
 from . import __version__
 from .fl_cli import fl
 from .fuzzeval_cli import fuzzeval
+from .nemo_cli import nemo
 from .output import OUTPUT_FORMATS, markdown_table, write_result
 
 
@@ -541,6 +542,7 @@ main.add_command(quantize)
 
 main.add_command(fl)
 main.add_command(fuzzeval)
+main.add_command(nemo)
 
 
 if __name__ == "__main__":
