@@ -12,6 +12,7 @@ import click
 from . import __version__
 from .fl_cli import fl
 from .fuzzeval_cli import fuzzeval
+from .lab_cli import lab
 from .nemo_cli import nemo
 from .output import OUTPUT_FORMATS, markdown_table, write_result
 
@@ -543,6 +544,7 @@ main.add_command(quantize)
 main.add_command(fl)
 main.add_command(fuzzeval)
 main.add_command(nemo)
+main.add_command(lab)
 
 
 if __name__ == "__main__":
