@@ -7,7 +7,8 @@ Per seed, a fresh suite (``--per-family`` problems of each of six families, opti
 The offline agent writes ``--candidates`` models per problem with realistic slips; every program
 runs sandboxed with HiGHS or CP-SAT. From the same candidates, each condition gives one answer,
 judged right when it breaks no constraint of the text and reaches the known optimum:
-single (first candidate as written), single_validated (first candidate after simulator
+single (first candidate as written), single_memory (the same, its model checked against the memory
+of solved problems), single_validated (first candidate after simulator
 validation and repair), self_consistency and mbr (over the candidates as written),
 validated_mbr (MBR among validated candidates), validated_mbr_memory (the same candidates' draws,
 with the memory of solved problems filled as the suite goes). Nothing is tuned.
@@ -90,6 +91,8 @@ def main(argv=None) -> None:
                "validated_at_round": dict(rounds), "candidates": len(candidates),
                "clean_first_drafts": sum(not cand for s in per_seed for r in s["rows"] for cand in r["slips"]),
                "slips": dict(slips),
+               "mean_repairs": {key: float(np.mean([k for s in per_seed for r in s["rows"] for k in r[key]]))
+                                for key in ("rounds", "rounds_memory")},
                "memory_reused": [s["rows"][-1]["memory_reused"] for s in per_seed]}
     result = {"command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
               "provenance": prov, "sandbox_layers": isolation_layers(), "per_family": args.per_family,

@@ -29,7 +29,8 @@ from .sandbox import Limits, run_python
 
 SOLVER_LIMITS = Limits(seconds=30.0, memory_mb=4096, output_bytes=1_000_000, open_files=256, site_packages=True)
 SIMULATOR_LIMITS = Limits(seconds=10.0, memory_mb=512)
-CONDITIONS = ("single", "single_validated", "self_consistency", "mbr", "validated_mbr", "validated_mbr_memory")
+CONDITIONS = ("single", "single_memory", "single_validated", "self_consistency", "mbr", "validated_mbr",
+              "validated_mbr_memory")
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ def solve_problem(problem: WordProblem, agent: OfflineAgent, n_candidates: int, 
 def choose(condition: str, attempts: list[Attempt]) -> Outcome | None:
     """The answer each condition gives from the same attempts."""
     firsts = [a.first for a in attempts]
-    if condition == "single":
+    if condition in ("single", "single_memory"):
         return firsts[0]
     if condition == "single_validated":
         return attempts[0].final
@@ -233,10 +234,11 @@ def run_suite(problems: list[WordProblem], agent: OfflineAgent, n_candidates: in
         with_memory = solve_problem(problem, agent, n_candidates, max_rounds, seed, memory)
         row = {"family": problem.family, "optimum": problem.optimum,
                "validated": [a.validated for a in attempts], "rounds": [a.rounds for a in attempts],
+               "rounds_memory": [a.rounds for a in with_memory],
                "slips": [list(a.spec.slips) for a in attempts],
                "first_status": [a.first.status for a in attempts], "memory_reused": memory.reused}
         for condition in CONDITIONS:
-            pool = with_memory if condition == "validated_mbr_memory" else attempts
+            pool = with_memory if condition.endswith("_memory") else attempts
             answer = choose(condition, pool)
             row[condition] = bool(answer is not None and judge(problem, answer.solution))
         chosen = [a for a in with_memory if a.validated]
