@@ -14,9 +14,13 @@ import click
 @click.option("--candidates", type=click.IntRange(1), default=4, show_default=True)
 @click.option("--max-rounds", type=click.IntRange(0), default=3, show_default=True, help="Repairs per candidate.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--server", default=None, metavar="URL",
+              help="An OpenAI-compatible server (e.g. http://localhost:8000/v1) as the modelling agent; "
+                   "default: the offline agent.")
+@click.option("--model", "model_name", default=None, help="Model name on --server.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the answer and every candidate's history as JSON.")
-def nemo(text_file, family, candidates, max_rounds, seed, output):
+def nemo(text_file, family, candidates, max_rounds, seed, server, model_name, output):
     """NEMO: word problem -> HiGHS / CP-SAT models, cross-checked by a simulator, repaired, MBR-selected."""
     from edgekit.models.nemo import choose, solve_problem
     from edgekit.models.nemo_agent import OfflineAgent
@@ -26,9 +30,17 @@ def nemo(text_file, family, candidates, max_rounds, seed, output):
         raise click.UsageError("give either TEXT_FILE or --family")
     if family is not None and family not in FAMILIES:
         raise click.BadParameter(f"{family!r}; families: {', '.join(FAMILIES)}", param_hint="--family")
+    agent = OfflineAgent()
+    if server or model_name:
+        if not (server and model_name):
+            raise click.UsageError("--server and --model go together")
+        from edgekit.models.llm_client import ChatClient
+        from edgekit.models.nemo_server_agent import ServerAgent
+
+        agent = ServerAgent(ChatClient(server, model_name))
     problem = generate(family, seed) if family else WordProblem("unknown", text_file.read_text(), {}, float("nan"), "")
     try:
-        attempts = solve_problem(problem, OfflineAgent(), candidates, max_rounds, seed)
+        attempts = solve_problem(problem, agent, candidates, max_rounds, seed)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     answer = choose("validated_mbr", attempts)

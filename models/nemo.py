@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .nemo_agent import ModelSpec, OfflineAgent, formulate, render, repair
+from .nemo_agent import ModelSpec, OfflineAgent, formulate, render
 from .nemo_problems import TOL, WordProblem
-from .nemo_simulators import judge, simulator_program, solution_payload
+from .nemo_simulators import judge, solution_payload
 from .sandbox import Limits, run_python
 
 SOLVER_LIMITS = Limits(seconds=30.0, memory_mb=4096, output_bytes=1_000_000, open_files=256, site_packages=True)
@@ -101,22 +101,34 @@ class Attempt:
 
 def solve_candidate(problem: WordProblem, agent: OfflineAgent, rng: np.random.Generator, max_rounds: int,
                     memory: SolvedMemory | None = None) -> Attempt:
+    """Propose, run, validate and repair one candidate. ``agent``: an :class:`.nemo_agent.OfflineAgent`
+    or a :class:`.nemo_server_agent.ServerAgent`. A simulator that fails, or a repair the agent
+    cannot express as a model, ends the loop unvalidated with that reason in the feedback."""
     spec, data = agent.propose(problem.text, rng)
-    simulator = simulator_program(spec.family, data, agent.simulator_skip(problem.text, rng))
-    if memory is not None:
+    simulator = agent.simulator(problem.text, data, rng)
+    if memory is not None and data is not None:
         spec = memory.apply(problem.text, spec, data)
     first = outcome = run_model_program(render(spec), spec.solver)
-    history = []
+    history, repairs = [], 0
     for round_ in range(max_rounds + 1):
-        feedback = feedback_for(outcome, simulator)
+        try:
+            feedback = feedback_for(outcome, simulator)
+        except RuntimeError as err:
+            history.append({"simulator_error": str(err)})
+            break
         if feedback is None:
-            return Attempt(first, outcome, True, round_, spec, history)
+            return Attempt(first, outcome, True, repairs, spec, history)
         history.append(feedback)
         if round_ == max_rounds:
             break
-        spec = repair(spec, data, feedback)
+        try:
+            spec = agent.repair(spec, data, feedback)
+        except ValueError as err:
+            history.append({"model_error": str(err)})
+            break
+        repairs += 1
         outcome = run_model_program(render(spec), spec.solver)
-    return Attempt(first, outcome, False, max_rounds, spec, history)
+    return Attempt(first, outcome, False, repairs, spec, history)
 
 
 def _answers(outcomes: list[Outcome]) -> list[int]:

@@ -271,8 +271,14 @@ class OfflineAgent:
                 spec = inject(spec, SLIPS[rng.choice(len(SLIPS), p=SLIP_WEIGHTS)], rng)
         return spec, data
 
-    def simulator_skip(self, text: str, rng: np.random.Generator) -> tuple[str, ...]:
-        from .nemo_simulators import CHECK_KINDS
+    def simulator(self, text: str, data: dict, rng: np.random.Generator) -> str:
+        """The simulator program, written apart from the model (one kind of check missing with ``p_sim_gap``)."""
+        from .nemo_simulators import CHECK_KINDS, simulator_program
 
-        kinds = CHECK_KINDS[family_of(text)]
-        return (kinds[int(rng.integers(len(kinds)))],) if rng.random() < self.p_sim_gap else ()
+        family = family_of(text)
+        kinds = CHECK_KINDS[family]
+        skip = (kinds[int(rng.integers(len(kinds)))],) if rng.random() < self.p_sim_gap else ()
+        return simulator_program(family, data, skip)
+
+    def repair(self, spec: ModelSpec, data: dict, feedback: dict) -> ModelSpec:
+        return repair(spec, data, feedback)

@@ -137,7 +137,8 @@ def test_memory_fixes_structure_from_a_similar_solved_problem_but_not_numbers():
 def test_the_repair_loop_counts_its_rounds_and_a_suite_run_is_reproducible():
     agent = OfflineAgent(p_clean=0.0, p_second=0.0, p_sim_gap=0.0)
     attempt = solve_candidate(KNAPSACK, agent, np.random.default_rng(4), max_rounds=3)
-    assert attempt.validated == (attempt.rounds <= 3) and len(attempt.feedback) == attempt.rounds
+    assert attempt.rounds <= 3
+    assert len(attempt.feedback) == attempt.rounds + (0 if attempt.validated else 1)
     problems = [PRODUCTION, generate("transport", 1)]
     a = run_suite(problems, OfflineAgent(), 3, 2, seed=0)
     assert a == run_suite(problems, OfflineAgent(), 3, 2, seed=0)
@@ -145,3 +146,34 @@ def test_the_repair_loop_counts_its_rounds_and_a_suite_run_is_reproducible():
     with pytest.raises(ValueError, match="p_clean"):
         OfflineAgent(p_clean=2.0)
     assert FAMILIES[0] == "production"
+
+
+class CannedServer:
+    """Stands in for a model server in tests: replays fixed replies and records the prompts."""
+
+    def __init__(self, replies):
+        self.replies, self.prompts = list(replies), []
+
+    def complete(self, prompt, seed=None):
+        self.prompts.append(prompt)
+        return self.replies.pop(0)
+
+
+def test_the_server_agent_turns_replies_into_models_simulators_and_repairs():
+    from edgekit.models.nemo_server_agent import ServerAgent, spec_from_json, spec_to_json
+
+    family, data = parse(KNAPSACK.text)
+    right = formulate(family, data)
+    assert spec_from_json(spec_to_json(right), family) == right
+    forgot = replace(right, rows=())
+    simulator = "```python\n" + simulator_program(family, data) + "```"
+    server = CannedServer(["Here it is:\n" + spec_to_json(forgot), simulator, spec_to_json(right)])
+    attempt = solve_candidate(KNAPSACK, ServerAgent(server), np.random.default_rng(0), max_rounds=2)
+    assert attempt.validated and attempt.rounds == 1 and attempt.feedback == [{"violations": ["capacity"]}]
+    assert judge(KNAPSACK, attempt.final.solution)
+    assert KNAPSACK.text in server.prompts[0] and '"capacity"' in server.prompts[2]
+    with pytest.raises(ValueError, match="solver"):
+        spec_from_json('{"solver": "gurobi", "sense": "max", "variables": {}, "constraints": [], "objective": {}}')
+    with pytest.raises(ValueError, match="unknown"):
+        spec_from_json('{"solver": "highs", "sense": "max", "variables": {"a": ["cont", 0, null]}, '
+                       '"constraints": [{"label": "c", "coeffs": {"b": 1}, "sense": "<=", "rhs": 1}], "objective": {}}')
