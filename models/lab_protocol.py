@@ -126,3 +126,15 @@ def generate_spec(seed: int, n_steps: tuple[int, int] = (4, 8)) -> str:
         tail = f" with {', '.join(used)}" if len(used) else ""
         lines.append(f"Step {k}: {verbs[int(rng.integers(len(verbs)))]} the samples using {', '.join(equipment)}{tail}.")
     return "\n".join(lines) + "\n"
+
+
+def read_with_server(client, text: str) -> Protocol:
+    """A free-text description read by a user's model server (``client.complete(prompt) -> str``, e.g.
+    a :class:`.llm_client.ChatClient`) into the grammar above, then parsed (unknown names refused)."""
+    equipment = sorted(a.name for a in asset_table().values() if a.kind in ("floor", "benchtop"))
+    prompt = ("Rewrite this laboratory description in exactly this form, one line each:\n"
+              "Room: W x D m\nRobot: DIAMETER m\nStep N: WHAT using EQUIPMENT[, EQUIPMENT] [with REAGENT[, REAGENT]].\n"
+              f"Use only these equipment names: {', '.join(equipment)}.\n"
+              f"Use only these reagent names: {', '.join(sorted(reagent_table()))}.\n"
+              f"Reply with the lines only.\n\n{text}")
+    return parse_spec(client.complete(prompt))

@@ -18,7 +18,7 @@ from edgekit.models.lab_layout import (
     safety_violations,
     to_json,
 )
-from edgekit.models.lab_protocol import asset_table, generate_spec, parse_spec
+from edgekit.models.lab_protocol import asset_table, generate_spec, parse_spec, read_with_server
 
 SPEC = """Room: 8 x 6 m
 Robot: 0.5 m
@@ -110,3 +110,19 @@ def test_the_optimiser_improves_on_greedy_and_leaves_no_collision(tmp_path):
     plot_plan(best, tmp_path / "plan.png")
     assert (tmp_path / "plan.png").stat().st_size > 10_000
     assert np.isfinite(cost(plan(protocol, "random", seed=1)))
+
+
+def test_a_server_reads_free_text_into_the_grammar_and_unknown_names_are_still_refused():
+    class Canned:
+        def __init__(self, reply):
+            self.reply, self.prompt = reply, None
+
+        def complete(self, prompt, seed=None):
+            self.prompt = prompt
+            return self.reply
+
+    server = Canned(SPEC)
+    assert read_with_server(server, "a small lab for buffers") == parse_spec(SPEC)
+    assert "hot_plate" in server.prompt and "a small lab for buffers" in server.prompt
+    with pytest.raises(ValueError, match="laser_cutter"):
+        read_with_server(Canned("Room: 8 x 6 m\nStep 1: Cut using laser_cutter.\n"), "cut things")
