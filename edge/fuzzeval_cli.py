@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -42,7 +43,7 @@ def fuzzeval(problems, candidates, epsilon, delta, splits, seed, server, model_n
 
         generator = server_candidates(ChatClient(server, model_name))
     chosen = load_problems()[:problems]
-    with click.progressbar(length=len(chosen), label="problems", file=click.get_text_stream("stderr")) as bar:
+    with click.progressbar(length=len(chosen), label="problems", file=sys.stderr) as bar:
         scored = score_problems(chosen, candidates, seed, generator, progress=lambda _: bar.update(1))
     selection = evaluate_selection(scored, epsilon, delta, splits, seed)
     rows = [{"method": m, f"P(FDR > {epsilon})": r["violation_rate"], "FDR": r["fdr_mean"],

@@ -171,3 +171,17 @@ def test_the_server_client_builds_a_chat_request_without_sending_it():
     with pytest.raises(ValueError, match="base_url"):
         ChatClient("localhost:8000", "m")
     assert callable(server_candidates(client))
+
+
+def test_edgekit_fuzzeval_scores_and_selects(tmp_path):
+    from click.testing import CliRunner
+
+    from edgekit.cli import main
+
+    out = tmp_path / "f.json"
+    result = CliRunner().invoke(main, ["fuzzeval", "--problems", "2", "--candidates", "3", "--splits", "5",
+                                       "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = json.loads(out.read_text())
+    assert len(saved["scored"]) == 6 and set(saved["selection"]) >= {"fuzzeval_pac", "accept_all"}
+    assert CliRunner().invoke(main, ["fuzzeval", "--server", "http://localhost:1/v1"]).exit_code == 2

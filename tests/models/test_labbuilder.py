@@ -126,3 +126,19 @@ def test_a_server_reads_free_text_into_the_grammar_and_unknown_names_are_still_r
     assert "hot_plate" in server.prompt and "a small lab for buffers" in server.prompt
     with pytest.raises(ValueError, match="laser_cutter"):
         read_with_server(Canned("Room: 8 x 6 m\nStep 1: Cut using laser_cutter.\n"), "cut things")
+
+
+def test_edgekit_lab_plan_writes_the_layout_and_the_plan(tmp_path):
+    from click.testing import CliRunner
+
+    from edgekit.cli import main
+
+    spec = tmp_path / "spec.txt"
+    spec.write_text(SPEC)
+    result = CliRunner().invoke(main, ["lab", "plan", str(spec), "--method", "greedy", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    layout = json.loads((tmp_path / "out" / "layout.json").read_text())
+    assert layout["room"] == [8.0, 6.0] and (tmp_path / "out" / "plan.png").exists()
+    spec.write_text("Room: 8 x 6 m\nStep 1: Cut using laser_cutter.\n")
+    result = CliRunner().invoke(main, ["lab", "plan", str(spec), "-o", str(tmp_path / "bad")])
+    assert result.exit_code == 1 and "laser_cutter" in result.output

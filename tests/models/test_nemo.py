@@ -177,3 +177,18 @@ def test_the_server_agent_turns_replies_into_models_simulators_and_repairs():
     with pytest.raises(ValueError, match="unknown"):
         spec_from_json('{"solver": "highs", "sense": "max", "variables": {"a": ["cont", 0, null]}, '
                        '"constraints": [{"label": "c", "coeffs": {"b": 1}, "sense": "<=", "rhs": 1}], "objective": {}}')
+
+
+def test_edgekit_nemo_solves_a_generated_problem_and_refuses_bad_input(tmp_path):
+    from click.testing import CliRunner
+
+    from edgekit.cli import main
+
+    result = CliRunner().invoke(main, ["nemo", "--family", "production", "--seed", "3", "--candidates", "2"])
+    assert result.exit_code == 0, result.output
+    assert f"known optimum {PRODUCTION.optimum}" in result.output
+    text = tmp_path / "cake.txt"
+    text.write_text("Bake a cake with flour and eggs.")
+    result = CliRunner().invoke(main, ["nemo", str(text)])
+    assert result.exit_code == 1 and "cannot tell which kind" in result.output
+    assert CliRunner().invoke(main, ["nemo", "--family", "routing"]).exit_code == 2

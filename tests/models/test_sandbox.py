@@ -111,3 +111,11 @@ def test_preloaded_trusted_modules_may_use_ctypes_but_the_program_may_not():
     assert result.status == "violation" and "ctypes" in result.detail
     with pytest.raises(ValueError, match="site_packages"):
         Limits(preload=("numpy",))
+
+
+def test_the_child_gets_its_limits_including_a_process_cap():
+    code = "import resource\nprint(*(resource.getrlimit(getattr(resource, n))[0] for n in " \
+           "('RLIMIT_AS', 'RLIMIT_FSIZE', 'RLIMIT_NOFILE', 'RLIMIT_NPROC', 'RLIMIT_CORE')))"
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, timeout=10,
+                         preexec_fn=_limit_child(TIGHT, 50, False)).stdout.split()
+    assert list(map(int, out)) == [TIGHT.memory_mb * 2 ** 20, TIGHT.output_bytes, TIGHT.open_files, 50, 0]
