@@ -190,7 +190,6 @@ def score_candidate(problem: Problem, candidate: Candidate, tests: list[FuzzTest
     return Scored(candidate.task_id, candidate.mutations, report.status, fuzz, example, report.shipped, len(tests))
 
 
-SCORES = ("fuzz_score", "example_score")
 METHODS = {  # name -> (score, threshold rule)
     "fuzzeval_pac": ("fuzz_score", "pac"),
     "examples_pac": ("example_score", "pac"),
