@@ -185,8 +185,9 @@ def score_candidate(problem: Problem, candidate: Candidate, tests: list[FuzzTest
     report = evaluate_program(problem, candidate.source, tests)
     passed = np.array(report.passed, dtype=bool)
     examples = np.array([t.origin == "example" for t in tests], dtype=bool)
-    fuzz = float(passed.mean()) if len(passed) else float(report.shipped)
-    example = float(passed[examples].mean()) if examples.any() else fuzz
+    # no tests is no evidence: score 0 (never the label, which comes from the shipped tests)
+    fuzz = float(passed.mean()) if len(passed) else 0.0
+    example = float(passed[examples].mean()) if examples.any() else 0.0
     return Scored(candidate.task_id, candidate.mutations, report.status, fuzz, example, report.shipped, len(tests))
 
 

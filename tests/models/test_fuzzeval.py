@@ -8,6 +8,7 @@ from edgekit.models.code_mutants import OPERATORS, Site, apply_mutations, mutati
 from edgekit.models.fuzz_inputs import fuzz_inputs, hypothesis_inputs, mutate_value, strategy_from_values
 from edgekit.models.fuzzeval import (
     build_tests,
+    score_candidate,
     evaluate_program,
     evaluate_selection,
     score_problems,
@@ -185,3 +186,10 @@ def test_edgekit_fuzzeval_scores_and_selects(tmp_path):
     saved = json.loads(out.read_text())
     assert len(saved["scored"]) == 6 and set(saved["selection"]) >= {"fuzzeval_pac", "accept_all"}
     assert CliRunner().invoke(main, ["fuzzeval", "--server", "http://localhost:1/v1"]).exit_code == 2
+
+
+def test_without_tests_a_program_scores_zero_whatever_its_label():
+    from edgekit.models.code_mutants import Candidate
+
+    scored = score_candidate(CLOSE, Candidate(CLOSE.task_id, CLOSE.solution, ()), [])
+    assert scored.correct and scored.fuzz_score == 0.0 and scored.example_score == 0.0
