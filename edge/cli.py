@@ -12,6 +12,9 @@ import click
 
 from . import __version__
 from .fl_cli import fl
+from .fuzzeval_cli import fuzzeval
+from .lab_cli import lab
+from .nemo_cli import nemo
 from .output import OUTPUT_FORMATS, markdown_table, write_result
 
 
@@ -671,6 +674,9 @@ from .quantize_cli import quantize
 main.add_command(quantize)
 
 main.add_command(fl)
+main.add_command(fuzzeval)
+main.add_command(nemo)
+main.add_command(lab)
 
 from .study_cli import study
 
