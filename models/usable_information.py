@@ -328,11 +328,12 @@ def quantization_damage(config: UsableInformationConfig = UsableInformationConfi
 
 
 def evaluate(config: UsableInformationConfig = UsableInformationConfig()) -> dict:
-    """Per format: the usable information its layers keep about the float model's, lowest over layers,
-    and its accuracy."""
+    """Per format: the usable information each layer keeps about the float model's, the lowest over
+    layers, and its accuracy."""
     out = {}
     for row in quantization_damage(config):
         key = row["format"]
+        out[f"info_quant_to_float_{key}_layer{row['layer'] + 1}"] = row["info_quant_to_float"]
         out[f"min_info_quant_to_float_{key}"] = min(out.get(f"min_info_quant_to_float_{key}", np.inf),
                                                     row["info_quant_to_float"])
         out[f"accuracy_{key}"] = row["accuracy"]
