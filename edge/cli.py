@@ -370,10 +370,12 @@ def layer_option(fn):
                    "trains them, sharing its checkpoints) or tiny (a quick look at the pipeline, not a result).")
 @click.option("--rounds", type=click.IntRange(1), default=15, show_default=True,
               help="Timing rounds per host build.")
+@click.option("--studies", default=None, metavar="A,B",
+              help="Algorithm studies to run and report too (`edgekit study` lists them); none by default.")
 @cache_dir_option
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("report"),
               show_default=True, help="Report directory (index.html, report.json, report.md, plots).")
-def report(models, formats, targets, deploy_items, configs, rounds, cache_dir, output):
+def report(models, formats, targets, deploy_items, configs, rounds, studies, cache_dir, output):
     """Accuracy against bit-width, latency and size per target, and the best format that fits each target.
 
     Trains or loads each model, scores it in every format, compiles it for each target
@@ -399,7 +401,8 @@ def report(models, formats, targets, deploy_items, configs, rounds, cache_dir, o
             raise click.BadParameter(f"{item!r} must look like MODEL=COUNT (e.g. lm=7e9)",
                                      param_hint="--deploy-params") from None
     with clear_errors():
-        plan = check_plan(comma_list(models), comma_list(formats), comma_list(targets), deploy, configs, rounds)
+        plan = check_plan(comma_list(models), comma_list(formats), comma_list(targets), deploy, configs, rounds,
+                          comma_list(studies))
         check_output_dir(output, REPORT_JSON)
 
     def bar(items, desc):
@@ -409,7 +412,8 @@ def report(models, formats, targets, deploy_items, configs, rounds, cache_dir, o
     sections = run_job(run_report, plan, cache_dir=cache_dir, progress=bar)
     meta = {**code, "seconds": time.perf_counter() - start,
             "plan": {"models": plan.models, "formats": plan.formats, "targets": plan.targets,
-                     "deploy_params": {m: plan.deploy_params[m] for m in plan.models}, "configs": plan.configs}}
+                     "deploy_params": {m: plan.deploy_params[m] for m in plan.models}, "configs": plan.configs,
+                      "studies": plan.studies}}
     with clear_errors():
         index = write_report(output, sections, meta)
     click.echo(f"report written: {index.resolve()}")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.models import registry, weights
+from edgekit.models import registry, studies, weights
 
 from .build_cache import artifact_bytes, cached_build, compiler_code
 from .compile_job import load_model
@@ -59,10 +59,11 @@ class ReportPlan:
     configs: str = "report"
     latency_rounds: int = LATENCY_ROUNDS
     budget_targets: list[str] = field(default_factory=list)
+    studies: list[str] = field(default_factory=list)  # algorithm studies (edgekit.models.studies) to run too
 
 
 def check_plan(models, formats, targets, deploy_params=None, configs="report",
-               latency_rounds=LATENCY_ROUNDS) -> ReportPlan:
+               latency_rounds=LATENCY_ROUNDS, study_names=None) -> ReportPlan:
     """Names checked against the registries, each error listing what is valid."""
     from edgekit.compilers.plan import check_weight_format
     from edgekit.targets import load_target, target_names
@@ -96,8 +97,10 @@ def check_plan(models, formats, targets, deploy_params=None, configs="report",
         raise ValueError(f"no deployment size for {', '.join(missing)}; give --deploy-params NAME=COUNT")
     if latency_rounds < 1:
         raise ValueError(f"latency rounds must be at least 1, got {latency_rounds}")
+    for name in study_names or []:
+        studies.get_study(name)
     return ReportPlan(models, list(dict.fromkeys(checked_formats)), target_list, deploy, configs, latency_rounds,
-                      target_names())
+                      target_names(), list(dict.fromkeys(study_names or [])))
 
 
 def model_config(entry, configs: str):
@@ -261,4 +264,21 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
     return {"setup": {"tvm_threads": threads, "latency_rounds": plan.latency_rounds, "configs": plan.configs,
                       "memory_for_weights": MEMORY_FOR_WEIGHTS, "compiler_code": code},
             "models": models, "evaluations": [row for rows in evaluations.values() for row in rows],
-            "not_applicable": skipped, "builds": builds, "latency": latencies, "budget": budget_fit(models, evaluations, builds, plan)}
+            "not_applicable": skipped, "builds": builds, "latency": latencies, "budget": budget_fit(models, evaluations, builds, plan),
+            **({"studies": run_studies(plan.studies, plan.configs, log)} if plan.studies else {})}
+
+
+def run_studies(names: list[str], configs: str, log: Callable[[str], None] = print) -> list[dict]:
+    """Each study's ``evaluate`` on its default config (tiny with ``configs="tiny"``), as report rows."""
+    rows = []
+    for name in names:
+        entry = studies.get_study(name)
+        config = registry.make_config(entry, tiny=configs == "tiny")
+        log(f"study {name}: running")
+        start = time.perf_counter()
+        results = entry.evaluate(config)
+        rows.append({"study": name, "description": entry.description, "metric": entry.metric,
+                     "higher_is_better": entry.higher_is_better, "config": registry.cache.config_dict(config),
+                     "results": {k: float(v) for k, v in results.items()}, "source": "measured",
+                     "seconds": round(time.perf_counter() - start, 2)})
+    return rows

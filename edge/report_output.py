@@ -84,6 +84,17 @@ def _short(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def study_rows(document: dict) -> list[dict]:
+    """One row per number of each study (``edgekit report --studies``), its headline metric first."""
+    rows = []
+    for study in document.get("studies", []):
+        headline = study["metric"]
+        for name in sorted(study["results"], key=lambda k: k != headline):
+            rows.append({"study": study["study"], "result": name, "value": study["results"][name],
+                         "headline": "yes" if name == headline else "", "seconds": study["seconds"]})
+    return rows
+
+
 def model_rows(document: dict) -> list[dict]:
     return [{k: m[k] for k in ("model", "parameters", "deploy_params", "metric", "train_source", "train_seconds")}
             for m in document["models"]]
@@ -104,6 +115,8 @@ def render_markdown(document: dict) -> str:
              "## Not applicable\n\n" + (markdown_table(document["not_applicable"]) if document["not_applicable"] else "(none)"),
              "## Builds, sizes and host latency\n\n" + markdown_table(build_rows(document)),
              "## What fits where\n\n" + budget_note(document) + "\n\n" + markdown_table(budget_rows(document))]
+    if document.get("studies"):
+        parts.append("## Studies\n\n" + markdown_table(study_rows(document)))
     return "\n\n".join(parts) + "\n"
 
 
@@ -165,6 +178,7 @@ Host latency is always measured in this run.</p>
 <h2>What fits where</h2>
 <p>{html.escape(budget_note(document))}</p>
 {_table_html(budget_rows(document))}
+{"<h2>Studies</h2>" + _table_html(study_rows(document)) if document.get("studies") else ""}
 </body></html>
 """
 

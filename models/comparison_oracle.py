@@ -333,10 +333,11 @@ class ComparisonOracleConfig:
         return cls(**{"n": 8, "epsilon": 0.1, **overrides})
 
 
-def evaluate(config: ComparisonOracleConfig = ComparisonOracleConfig()) -> dict:
+def evaluate(config: ComparisonOracleConfig | None = None) -> dict:
     """The estimator's error and exact query count against its bound, each baseline's error at the
     same number of queries, and the tester's answers on v = the estimate (close) and on a
     vector 3*epsilon away (far)."""
+    config = config or ComparisonOracleConfig()
     problem = make_problem(config.function, config.n, config.seed)
     truth, rng = problem.direction, np.random.default_rng(config.seed)
     oracle = ComparisonOracle(problem.f)

@@ -320,10 +320,11 @@ class DCLAConfig:
         return cls(**{"n_steps": 600, "chains": 50, **overrides})
 
 
-def evaluate(config: DCLAConfig = DCLAConfig()) -> dict:
+def evaluate(config: DCLAConfig | None = None) -> dict:
     """Each sampler at the config's step and smoothing, same budget: on ``toy``, W1 to the
     quadrature density and the exact mass of its 90% intervals; on ``deconvolution``, the
     posterior mean's error and how often the 90% intervals hold the true pixel; ESS per second."""
+    config = config or DCLAConfig()
     out = {}
     if config.target == "toy":
         posterior = toy_posterior(config.seed, config.penalty)

@@ -305,9 +305,10 @@ class UsableInformationConfig:
         return cls(**{"hidden": 32, "steps": 120, "formats": ("mxint8", "mxfp4"), **overrides})
 
 
-def quantization_damage(config: UsableInformationConfig = UsableInformationConfig()) -> list[dict]:
+def quantization_damage(config: UsableInformationConfig | None = None) -> list[dict]:
     """Per format and layer: I_V(quantized -> float) and I_V(float -> quantized) (nats per coordinate),
     linear CKA, and the quantized model's accuracy, on the digits MLP trained at ``config``."""
+    config = config or UsableInformationConfig()
     from .weights import quantized_copy
 
     model = train_network(config.hidden, config.seed, config.steps)
@@ -327,12 +328,14 @@ def quantization_damage(config: UsableInformationConfig = UsableInformationConfi
     return rows
 
 
-def evaluate(config: UsableInformationConfig = UsableInformationConfig()) -> dict:
-    """Per format: the usable information its layers keep about the float model's, lowest over layers,
-    and its accuracy."""
+def evaluate(config: UsableInformationConfig | None = None) -> dict:
+    """Per format: the usable information each layer keeps about the float model's, the lowest over
+    layers, and its accuracy."""
+    config = config or UsableInformationConfig()
     out = {}
     for row in quantization_damage(config):
         key = row["format"]
+        out[f"info_quant_to_float_{key}_layer{row['layer'] + 1}"] = row["info_quant_to_float"]
         out[f"min_info_quant_to_float_{key}"] = min(out.get(f"min_info_quant_to_float_{key}", np.inf),
                                                     row["info_quant_to_float"])
         out[f"accuracy_{key}"] = row["accuracy"]

@@ -72,7 +72,7 @@ def tiny_net():
 
 
 def test_stitching_a_network_into_itself_keeps_its_accuracy(tiny_net):
-    x_train, y_train, x_test, y_test = ui.digits_data()
+    _, _, x_test, y_test = ui.digits_data()
     own = ui.task_accuracy(tiny_net(torch.from_numpy(x_test)).detach(), y_test, "fine")
     stitched = ui.stitch_accuracy(tiny_net, tiny_net, 1, steps=150)
     assert own > 0.8 and stitched >= own - 0.03
