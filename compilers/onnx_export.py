@@ -62,6 +62,7 @@ DEFAULT_OPSET = 18  # BitwiseAnd / BitwiseOr need opset 18
 MIN_OPSET = 18
 MAX_OPSET = 20  # the newest opset torch's TorchScript exporter writes
 MAX_PROTO_BYTES = 2**31 - 1  # protobuf's limit for one serialized model
+PLAN_KEY = "edgekit.plan"  # metadata entry that records the plan a file was exported with
 
 
 def _unpack(b: DecodeBuilder, codes: str, bits: int, lead: tuple, row_bytes: int) -> str:
@@ -378,8 +379,10 @@ def write_quantized(onnx_model: onnx.ModelProto, plan: dict[str, str], sites: di
     old_nodes = list(graph.node)
     del graph.node[:]
     graph.node.extend(new_nodes + old_nodes)
-    onnx_model.metadata_props.append(onnx.StringStringEntryProto(key="edgekit.plan",
-                                                                 value=json.dumps(plan, sort_keys=True)))
+    kept_props = [p for p in onnx_model.metadata_props if p.key != PLAN_KEY]  # a file edgekit exported before
+    del onnx_model.metadata_props[:]
+    onnx_model.metadata_props.extend(kept_props)
+    onnx_model.metadata_props.append(onnx.StringStringEntryProto(key=PLAN_KEY, value=json.dumps(plan, sort_keys=True)))
 
     try:
         onnx.checker.check_model(onnx_model, full_check=True)

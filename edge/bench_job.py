@@ -239,7 +239,7 @@ def bench_model(model: str, fmt: str, target_spec: str, repeat: int = 20, thread
     """
     import torch
 
-    from edgekit.compilers.onnx_export import export_onnx
+    from edgekit.compilers.onnx_export import export_onnx, export_onnx_graph
     from edgekit.compilers.plan import check_weight_format, make_plan
     from edgekit.targets import load_target
 
@@ -256,18 +256,25 @@ def bench_model(model: str, fmt: str, target_spec: str, repeat: int = 20, thread
     try:
         tvm_threads, thread_note = configure_tvm_threads(threads)
         torch.set_num_threads(threads)
-        source, imported = load_model(model, seed, log)
+        source, imported = load_model(model, seed, log, max_batch=1)  # timed on one fixed input
         inputs = model_inputs(source, imported, seed)
         tvm_b, tvm_info = tvm_backend(imported, fmt, target, inputs, tvm_threads, log)
         numel = sum(int(np.prod(imported.params[var].shape)) for var in imported.layers.values())
         backends = [tvm_b]
         skipped = []
         with tempfile.TemporaryDirectory(prefix="edgekit-bench-") as tmp:
-            if source.kind == "onnx":
-                backends.append(ort_backend(FLOAT_ORT, source.onnx_path, "fp32", 32.0, 4 * numel, inputs,
-                                            threads))
-                skipped.append("onnxruntime (quantized graph) and torch eager: MODEL is an ONNX file, and both "
-                               "need the PyTorch module")
+            if source.is_graph:
+                float_path, quant_path = Path(tmp) / "float.onnx", Path(tmp) / "quantized.onnx"
+                float_path.write_bytes(source.graph.SerializeToString())
+                backends.append(ort_backend(FLOAT_ORT, float_path, "fp32", 32.0, 4 * numel, inputs, threads))
+                if fmt == "fp32":
+                    skipped.append("onnxruntime (quantized graph): the fp32 plan is the float graph itself")
+                else:
+                    totals = export_onnx_graph(source.graph, make_plan(imported.layers, fmt), source.sites,
+                                               quant_path)["totals"]
+                    backends.append(ort_backend(QUANT_ORT, quant_path, fmt, totals["weight_bits"],
+                                                totals["weight_bytes"], inputs, threads))
+                skipped.append("torch eager: MODEL is a model file, not a PyTorch module")
             else:
                 log("exporting the float and the quantized ONNX graphs ...")
                 example = source.example_inputs

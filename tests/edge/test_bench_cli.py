@@ -73,7 +73,7 @@ def test_unknown_target_names_the_registry(tmp_path):
 
 
 @pytest.mark.parametrize("args,code,message", [
-    (["nomodel"], 1, "MODEL 'nomodel' is neither a registered model (digits, lm, meanflow_policy, fluxnet)"),
+    (["nomodel"], 1, "MODEL 'nomodel' is neither a registered model (digits, lm, meanflow_policy, fluxnet,"),
     (["digits", "--format", "mxfp5"], 2, "unknown format 'mxfp5'; allowed: fp32, fp16, mxfp8_e4m3"),
     (["digits", "-r", "0"], 2, "0 is not in the range x>=1"),
     (["digits", "--threads", "0"], 2, "0 is not in the range x>=1"),
@@ -85,7 +85,7 @@ def test_bad_input_is_named(tmp_path, args, code, message):
 
 
 def test_bench_onnx_file_runs_the_backends_that_apply(tmp_path):
-    """An ONNX file: TVM and onnxruntime on the file; the quantized graph and PyTorch are skipped, said so."""
+    """An ONNX file: TVM, onnxruntime on the file and on its quantized export; PyTorch is skipped, said so."""
     config = DigitsConfig(hidden=32, steps=10)
     ckpt = save_checkpoint(tmp_path / "d.pt", "digits", config, train("digits", config, cache_dir=False).model)
     model = tmp_path / "d.onnx"
@@ -93,6 +93,9 @@ def test_bench_onnx_file_runs_the_backends_that_apply(tmp_path):
     result = run("bench", model, "--format", "fp32", "-r", 1, "-o", tmp_path / "b.json")
     assert result.exit_code == 0, result.output
     assert set(table_rows(result.stdout)) == {"tvm", "onnxruntime"}
-    assert "skipped onnxruntime (quantized graph) and torch eager: MODEL is an ONNX file" in result.output
+    assert "skipped torch eager: MODEL is a model file" in result.output
     samples = json.loads((tmp_path / "b.json").read_text())["samples"]
     assert samples[0]["max_abs_diff"] < 1e-4
+    result = run("bench", model, "--format", "mxfp4", "-r", 1)
+    assert result.exit_code == 0, result.output
+    assert len(table_rows(result.stdout)) == 3  # TVM, onnxruntime float and quantized
