@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import comparison_oracle, dcla, usable_information
+from . import checker_studies, comparison_oracle, dcla, usable_information
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,19 @@ STUDIES: dict[str, StudyEntry] = {
         "usable_information", "Usable (V-)information between the digits MLP's layers and its quantized copies' "
         "(what each format destroys, layer by layer), with linear CKA; family= linear or mlp",
         usable_information.UsableInformationConfig, usable_information.evaluate, "min_info_quant_to_float", True),
+    "fuzzeval": StudyEntry(
+        "fuzzeval", "FuzzEval: sandboxed fuzz tests of HumanEval programs (canonical and AST mutants), selection "
+        "with a PAC bound on the false discovery rate, against empirical and example-only thresholds",
+        checker_studies.FuzzEvalConfig, checker_studies.evaluate_fuzzeval, "violation_rate_fuzzeval_pac", False),
+    "nemo": StudyEntry(
+        "nemo", "NEMO: generated optimisation word problems to HiGHS / CP-SAT models, cross-checked by simulators, "
+        "repaired, MBR and self-consistency, memory of solved problems",
+        checker_studies.NemoConfig, checker_studies.evaluate_nemo, "accuracy_validated_mbr", True),
+    "labbuilder": StudyEntry(
+        "labbuilder", "LabBuilder: generated specifications to protocols to lab layouts (annealing, safety "
+        "separations, A* reachability), against random and greedy placement",
+        checker_studies.LabBuilderConfig, checker_studies.evaluate_labbuilder, "reachable_step_fraction_optimised",
+        True),
 }
 
 

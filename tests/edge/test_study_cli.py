@@ -34,3 +34,19 @@ def test_bad_study_input_is_one_clear_error():
                           (("dcla", "--config", "steps"), "must look like KEY=VALUE")):
         result = run("study", *args)
         assert result.exit_code == 1 and message in result.output, result.output
+
+
+def test_the_checker_systems_run_as_studies_with_their_baselines(tmp_path):
+    """FuzzEval, NEMO and LabBuilder through `edgekit study` at their tiny sizes: each with the baselines."""
+    expected = {"fuzzeval": ("violation_rate_fuzzeval_pac", "violation_rate_fuzz_empirical"),
+                "nemo": ("accuracy_validated_mbr", "accuracy_single"),
+                "labbuilder": ("reachable_step_fraction_optimised", "reachable_step_fraction_random")}
+    for name, keys in expected.items():
+        out = tmp_path / f"{name}.json"
+        result = run("study", name, "--tiny", "-o", out)
+        assert result.exit_code == 0, result.output
+        values = {row["metric"]: row["value"] for row in json.loads(out.read_text())["study"]}
+        assert all(0.0 <= values[k] <= 1.0 for k in keys), values
+    assert values["collision_rate_optimised"] == 0.0  # the optimised layouts are repaired until nothing collides
+    result = run("study", "nemo", "--config", "candidates=0")
+    assert result.exit_code == 1 and "candidates must be a positive integer, got 0" in result.output
