@@ -19,7 +19,8 @@ from types import ModuleType
 
 from torch import nn
 
-from . import cache, cgmmd, cgmmd_data, digits, dna_data, dnachunker, fluxnet, lm, mdm_samplers, meanflow_policy, metaworld_demos, pde, sudoku, sudoku_mdm, training
+from . import cache, digits, fluxnet, lm, meanflow_policy, metaworld_demos, pde, training
+from . import cgmmd, dnachunker, sudoku_mdm
 from .cache import CheckpointError
 
 
@@ -67,16 +68,16 @@ MODELS: dict[str, ModelEntry] = {
         "sudoku_mdm", "Bidirectional transformer masked diffusion model of Sudoku (4x4 or 9x9) with greedy and "
         "Info-Gain samplers at equal forward calls", sudoku_mdm.SudokuMDMConfig, sudoku_mdm.build,
         sudoku_mdm.train_spec, sudoku_mdm.evaluate, sudoku_mdm.example_inputs, "solve_rate", True,
-        (sudoku_mdm, mdm_samplers, sudoku, lm)),
+        (sudoku_mdm, sudoku_mdm.mdm_samplers, sudoku_mdm.sudoku, lm)),
     "cgmmd": ModelEntry(
         "cgmmd", "CGMMD conditional generator G(x, noise) trained by nearest-neighbour conditional MMD; task= bimodal "
         "| heteroscedastic | ring | denoise | superres, method= cgmmd | mse | cgan", cgmmd.CGMMDConfig, cgmmd.build,
-        cgmmd.train_spec, cgmmd.evaluate, cgmmd.example_inputs, "cond_mmd", False, (cgmmd, cgmmd_data)),
+        cgmmd.train_spec, cgmmd.evaluate, cgmmd.example_inputs, "cond_mmd", False, (cgmmd, cgmmd.cgmmd_data)),
     "dnachunker": ModelEntry(
         "dnachunker", "DNAChunker masked DNA language model with learned chunking on a synthetic genome; chunking= "
         "dynamic | kmer | bpe, encoder= conv | gru", dnachunker.DNAChunkerConfig, dnachunker.build,
         dnachunker.train_spec, dnachunker.evaluate, dnachunker.example_inputs, "masked_accuracy", True,
-        (dnachunker, dna_data, lm)),
+        (dnachunker, dnachunker.dna_data, lm)),
 }
 
 
