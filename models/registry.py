@@ -19,7 +19,7 @@ from types import ModuleType
 
 from torch import nn
 
-from . import cache, cgmmd, cgmmd_data, digits, dna_data, dnachunker, fluxnet, lm, mdm_samplers, meanflow_policy, metaworld_demos, pde, sudoku, sudoku_mdm, training
+from . import cache, cgmmd, cgmmd_data, digits, dna_data, dnachunker, fluxnet, lm, mdm_samplers, meanflow_policy, metaworld_demos, pde, shape_scenes, sudoku, sudoku_mdm, tiny_clip, training
 from .cache import CheckpointError
 
 
@@ -77,6 +77,11 @@ MODELS: dict[str, ModelEntry] = {
         "dynamic | kmer | bpe, encoder= conv | gru", dnachunker.DNAChunkerConfig, dnachunker.build,
         dnachunker.train_spec, dnachunker.evaluate, dnachunker.example_inputs, "masked_accuracy", True,
         (dnachunker, dna_data, lm)),
+    "tiny_clip": ModelEntry(
+        "tiny_clip", "Tiny CLIP-like pair (ViT + word-level text encoder, contrastive) on synthetic coloured-shape "
+        "scenes with held-out colour-shape combinations", tiny_clip.TinyCLIPConfig, tiny_clip.build,
+        tiny_clip.train_spec, tiny_clip.evaluate, tiny_clip.example_inputs, "novel_accuracy", True,
+        (tiny_clip, shape_scenes)),
 }
 
 

@@ -4,7 +4,7 @@ Shared by the vision methods of the zoo (the tiny CLIP and PhaseAlign). A scene 
 low-saturation textured background with 1 to ``max_objects`` flat-coloured shapes of
 several sizes and positions, painted in order so later shapes occlude earlier ones. Each
 object has a *visible* mask (its own pixels minus those covered by later objects), a box
-around that visible mask, and a ``colour shape`` label; the caption names every object.
+around that visible mask, and a ``colour shape`` label; the caption names every object, left to right.
 
 Colour-shape combinations are split in two: ``HELD_OUT`` pairs (one per colour and one per
 shape, so every word still occurs in training) never appear in ``base`` scenes; ``novel``
@@ -112,7 +112,10 @@ def render_scene(seed: int, index: int, size: int = 32, split: str = "base", max
     image = _background(rng, size)
     for lab, mask in zip(labels, full):
         image[:, mask] = np.asarray(COLOURS[lab[0]], dtype=np.float32)[:, None]
-    return Scene(image, visible, mask_boxes(visible), labels, caption_of(labels))
+    boxes = mask_boxes(visible)
+    # the caption reads left to right (by box centre), an order the image shows, unlike painting order
+    order = np.argsort(boxes[:, 0] + boxes[:, 2], kind="stable")
+    return Scene(image, visible, boxes, labels, caption_of([labels[i] for i in order]))
 
 
 def mask_boxes(masks: np.ndarray) -> np.ndarray:

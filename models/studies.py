@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import comparison_oracle, dcla, usable_information
+from . import comparison_oracle, dcla, phasealign, usable_information
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,10 @@ STUDIES: dict[str, StudyEntry] = {
         "usable_information", "Usable (V-)information between the digits MLP's layers and its quantized copies' "
         "(what each format destroys, layer by layer), with linear CKA; family= linear or mlp",
         usable_information.UsableInformationConfig, usable_information.evaluate, "min_info_quant_to_float", True),
+    "phasealign": StudyEntry(
+        "phasealign", "PhaseAlign training-free open-vocabulary segmentation (complex phase alignment, local contrast "
+        "normalisation, attention propagation) against MaskCLIP cosine on the tiny CLIP, held-out colour-shape scenes",
+        phasealign.PhaseAlignConfig, phasealign.evaluate, "miou_phasealign", True),
 }
 
 
