@@ -21,6 +21,7 @@ from torch import nn
 
 from . import cache, digits, fluxnet, lm, meanflow_policy, metaworld_demos, pde, training
 from . import cgmmd, dnachunker, sudoku_mdm
+from . import shape_scenes, tiny_clip
 from .cache import CheckpointError
 
 
@@ -78,6 +79,11 @@ MODELS: dict[str, ModelEntry] = {
         "dynamic | kmer | bpe, encoder= conv | gru", dnachunker.DNAChunkerConfig, dnachunker.build,
         dnachunker.train_spec, dnachunker.evaluate, dnachunker.example_inputs, "masked_accuracy", True,
         (dnachunker, dnachunker.dna_data, lm)),
+    "tiny_clip": ModelEntry(
+        "tiny_clip", "Tiny CLIP-like pair (ViT + word-level text encoder, contrastive) on synthetic coloured-shape "
+        "scenes with held-out colour-shape combinations", tiny_clip.TinyCLIPConfig, tiny_clip.build,
+        tiny_clip.train_spec, tiny_clip.evaluate, tiny_clip.example_inputs, "novel_accuracy", True,
+        (tiny_clip, shape_scenes)),
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import checker_studies, comparison_oracle, dcla, usable_information
+from . import checker_studies, comparison_oracle, dcla, phasealign, usable_information
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,10 @@ STUDIES: dict[str, StudyEntry] = {
         "separations, A* reachability), against random and greedy placement",
         checker_studies.LabBuilderConfig, checker_studies.evaluate_labbuilder, "reachable_step_fraction_optimised",
         True),
+    "phasealign": StudyEntry(
+        "phasealign", "PhaseAlign training-free open-vocabulary segmentation (complex phase alignment, local contrast "
+        "normalisation, attention propagation) against MaskCLIP cosine on the tiny CLIP, held-out colour-shape scenes",
+        phasealign.PhaseAlignConfig, phasealign.evaluate, "miou_phasealign", True),
 }
 
 
