@@ -96,6 +96,6 @@ def test_bench_onnx_file_runs_the_backends_that_apply(tmp_path):
     assert "skipped torch eager: MODEL is a model file" in result.output
     samples = json.loads((tmp_path / "b.json").read_text())["samples"]
     assert samples[0]["max_abs_diff"] < 1e-4
-    result = run("bench", model, "--format", "mxfp4", "-r", 1)
+    result = run("bench", model, "--format", "mxfp4", "-r", 1, "-o", tmp_path / "q.json")
     assert result.exit_code == 0, result.output
     assert len(table_rows(result.stdout)) == 3  # TVM, onnxruntime float and quantized
