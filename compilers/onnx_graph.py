@@ -10,7 +10,6 @@ axis of the stored tensor the input channels run: the axis blocks are quantized 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 

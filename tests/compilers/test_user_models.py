@@ -144,7 +144,8 @@ def test_host_build_runs_with_the_runtime_alone_and_matches_onnxruntime(corpus, 
                   f"np.save({str(tmp_path / 'y.npy')!r}, y)\n"
                   "assert 'tvm' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
         env = {**os.environ, RUNTIME_DIR_ENV: str(runtime_dir())}
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120,
+                              check=False)
         assert done.returncode == 0, done.stderr[-2000:]
         scale = float(np.abs(expected).max())
         np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, rtol=1e-4, atol=1e-4 * scale)
