@@ -28,6 +28,7 @@ E4M3_NAN = 0x7F
 RULE_FLOOR, RULE_RCEIL = 0, 2  # indices in formats.SCALE_RULES (1 is ceil)
 SCALE_E8M0, SCALE_E4M3 = 0, 1
 FAST_BLOCK = 32  # the MX block size, given loop nests of its own
+NV_BLOCK = 16  # NVFP4's block of 4-bit codes with an E4M3 scale, given a loop nest of its own too
 
 
 @njit(inline="always")
@@ -202,6 +203,8 @@ def encode(x, lut, n, B, t0, t1, ek, sc, codes, scales):
             encode_run(x, lut, n, FAST_BLOCK, 8, SCALE_E8M0, t0, t1, ek, sc, codes, scales)
         else:
             encode_run(x, lut, n, FAST_BLOCK, 6, SCALE_E8M0, t0, t1, ek, sc, codes, scales)
+    elif B == NV_BLOCK and sc[0] == SCALE_E4M3 and bits == 4:
+        encode_run(x, lut, n, NV_BLOCK, 4, SCALE_E4M3, t0, t1, ek, sc, codes, scales)
     else:
         encode_run(x, lut, n, B, bits, sc[0], t0, t1, ek, sc, codes, scales)
 
@@ -290,6 +293,8 @@ def decode(codes, scales, n, B, bits, t0, t1, values, scale_values, ts, out):
         decode_run(codes, scales, n, FAST_BLOCK, 8, t0, t1, values, scale_values, ts, out)
     elif B == FAST_BLOCK:
         decode_run(codes, scales, n, FAST_BLOCK, 6, t0, t1, values, scale_values, ts, out)
+    elif B == NV_BLOCK and bits == 4:
+        decode_run(codes, scales, n, NV_BLOCK, 4, t0, t1, values, scale_values, ts, out)
     else:
         decode_run(codes, scales, n, B, bits, t0, t1, values, scale_values, ts, out)
 
