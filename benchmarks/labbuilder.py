@@ -19,18 +19,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+from seed_stats import mean_ci
 
 from edgekit.models.lab_layout import METHODS, metrics, plan
 from edgekit.models.lab_protocol import generate_spec, parse_spec
 from edgekit.provenance import provenance, require_clean_tree
 
 METRICS = ("collision_rate", "out_of_bounds_rate", "weighted_safety_violations", "reachable_step_fraction")
-
-
-def mean_ci(values) -> dict:
-    values = np.asarray(values, dtype=float)
-    half = 1.96 * values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0.0
-    return {"mean": float(values.mean()), "ci95": float(half), "per_seed": values.tolist()}
 
 
 def plot(summary: dict, path: Path) -> None:

@@ -24,18 +24,13 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from seed_stats import mean_ci
 
 from edgekit.models.nemo import CONDITIONS, run_suite
 from edgekit.models.nemo_agent import OfflineAgent
 from edgekit.models.nemo_problems import FAMILIES, suite
 from edgekit.models.sandbox import isolation_layers
 from edgekit.provenance import provenance, require_clean_tree
-
-
-def mean_ci(values) -> dict:
-    values = np.asarray(values, dtype=float)
-    half = 1.96 * values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0.0
-    return {"mean": float(values.mean()), "ci95": float(half), "per_seed": values.tolist()}
 
 
 def plot(result: dict, path: Path) -> None:

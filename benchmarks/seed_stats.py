@@ -12,3 +12,10 @@ def interval(values) -> dict:
     sd = float(values.std(ddof=1)) if len(values) > 1 else 0.0
     half = float(stats.t.ppf(0.975, len(values) - 1) * sd / np.sqrt(len(values))) if len(values) > 1 else 0.0
     return {"mean": float(values.mean()), "std": sd, "ci95": half, "values": values.tolist()}
+
+
+def mean_ci(values) -> dict:
+    """Mean and normal-approximation 95% half-width (1.96 standard errors) over seeds, with the values."""
+    values = np.asarray(values, dtype=float)
+    half = 1.96 * values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else 0.0
+    return {"mean": float(values.mean()), "ci95": float(half), "per_seed": values.tolist()}
