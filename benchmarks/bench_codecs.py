@@ -1,9 +1,14 @@
-"""Codec throughput and memory, side by side in one process (run by hand, not in tests).
+"""Codec throughput and memory, side by side in one run (run by hand, not in tests).
 
     python benchmarks/bench_codecs.py [--log2n 26] [--repeats 5] [-o benchmarks/results/codecs.json]
 
-For every format, on 2^log2n float32 values (rows of 4096, blocks along rows):
-  * edgekit quantize+pack and unpack+dequantize, elements per second;
+For every format, on 2^log2n float32 values:
+  * edgekit quantize+pack and unpack+dequantize, elements per second, for a 1-D array, a
+    2-D array with rows of 4096 quantized along its rows, and the same array quantized
+    along its columns (axis 0: how a MatMul weight ``[in, out]`` is quantized). Each
+    instruction set in ``--isas`` gets a child process whose Numba kernels are compiled
+    for it: ``native`` (this CPU) and ``avx2`` (Haswell: AVX2 and FMA, no AVX-512), so
+    one AVX-512 machine also measures the code a machine without AVX-512 runs;
   * a PyTorch tensor-op emulation of the same MX rounding, written the way emulation
     libraries write it (amax, log2/floor shared exponent, per-element exponent,
     round, clamp), on the same data and threads;
@@ -12,6 +17,8 @@ For every format, on 2^log2n float32 values (rows of 4096, blocks along rows):
     packed input and the float32 output), measured as the process's peak RSS in a
     fresh child process per format.
 Timings are the best of ``--repeats`` runs; compare the ratios, which come from one run.
+The results file records the command, git SHA, CPU model and vector extensions, threads
+and the load average before and after.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -28,10 +36,20 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from edgekit.provenance import provenance, require_clean_tree
 from edgekit.simulators import FORMATS, dequantize, quantize
+from edgekit.simulators.files import atomic_write
 from edgekit.simulators.parallel import thread_count
 
 ROW = 4096
+# Numba compiles for NUMBA_CPU_NAME with NUMBA_CPU_FEATURES; both are read when Numba is imported.
+ISA_ENV = {
+    "native": {},
+    "avx2": {"NUMBA_CPU_NAME": "haswell",
+             "NUMBA_CPU_FEATURES": "+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+fsgsbase,+lzcnt,+mmx,+movbe,"
+                                   "+pclmul,+popcnt,+rdrnd,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+xsave"},
+}
+LAYOUTS = ("1-D", "2-D", "2-D axis 0")
 ML_CASTS = {
     "e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2, "e3m2": ml_dtypes.float6_e3m2fn,
     "e2m3": ml_dtypes.float6_e2m3fn, "e2m1": ml_dtypes.float4_e2m1fn, "int8": np.int8, "int4": ml_dtypes.int4,
@@ -111,43 +129,89 @@ def measure_memory(name: str, n: int) -> tuple[int, int]:
     return result
 
 
+def layouts(x2d: np.ndarray) -> dict:
+    """(array, axis) for each layout of LAYOUTS, all views of one 2-D array."""
+    return {"1-D": (x2d.reshape(-1), -1), "2-D": (x2d, -1), "2-D axis 0": (x2d, 0)}
+
+
+def codec_child(n: int, repeats: int, queue) -> None:
+    """Quantize and dequantize throughput of every format and layout, with this process's Numba target."""
+    x = np.random.default_rng(0).standard_normal((n // ROW, ROW), dtype=np.float32)
+    out = {}
+    for name in FORMATS:
+        for layout, (arr, axis) in layouts(x).items():
+            q = quantize(arr, name, axis)
+            out[name, layout] = (n / best_time(lambda a=arr, ax=axis, f=name: quantize(a, f, ax), repeats) / 1e9,
+                                 n / best_time(lambda q=q: dequantize(q), repeats) / 1e9)
+    queue.put(out)
+
+
+def measure_codecs(isa: str, n: int, repeats: int) -> dict:
+    """``codec_child`` in a fresh process whose Numba compiles for ``isa``."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    saved = dict(os.environ)
+    os.environ.update(ISA_ENV[isa])  # a spawned child starts with a copy of this environment
+    try:
+        proc = ctx.Process(target=codec_child, args=(n, repeats, queue))
+        proc.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    result = queue.get(timeout=3600)
+    proc.join()
+    return result
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log2n", type=int, default=26)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--isas", nargs="+", choices=sorted(ISA_ENV), default=["native", "avx2"])
+    parser.add_argument("--skip-memory", action="store_true", help="leave out the peak-RSS children")
+    parser.add_argument("--allow-dirty", action="store_true")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/codecs.json"))
     args = parser.parse_args()
+    if args.log2n < 12:
+        parser.error(f"--log2n must be at least 12 (one row of {ROW}), got {args.log2n}")
+    require_clean_tree(args.allow_dirty)
     n = 1 << args.log2n
+    meta = {"command": "python " + " ".join(sys.argv), **provenance(threads=thread_count()), "elements": n,
+            "repeats": args.repeats, "isas": {isa: ISA_ENV[isa] for isa in args.isas}}
     torch.set_num_threads(thread_count())
+    codecs = {}
+    for isa in args.isas:
+        print(f"codecs compiled for {isa} ...", flush=True)
+        codecs[isa] = measure_codecs(isa, n, args.repeats)
     x = np.random.default_rng(0).standard_normal((n // ROW, ROW), dtype=np.float32)
     xt = torch.from_numpy(x)
     rows = []
     for name, fmt in FORMATS.items():
-        q = quantize(x, name)
-        t_q = best_time(lambda name=name: quantize(x, name), args.repeats)
-        t_d = best_time(lambda q=q: dequantize(q), args.repeats)
+        t_q = n / (codecs[args.isas[0]][name, "2-D"][0] * 1e9)
         t_cast = best_time(lambda fmt=fmt: ml_dtypes_cast(x, fmt.element), max(1, args.repeats // 2))
         t_torch = None
         if not fmt.tensor_scale:
             t_torch = best_time(lambda fmt=fmt: torch_mx_emulation(xt, fmt), max(1, args.repeats // 2))
-        quant_extra, dequant_extra = measure_memory(name, n)
-        row = {
-            "format": name,
-            "quantize+pack Gelem/s": n / t_q / 1e9,
-            "unpack+dequantize Gelem/s": n / t_d / 1e9,
+        row = {"format": name}
+        for isa in args.isas:
+            for layout in LAYOUTS:
+                q_rate, d_rate = codecs[isa][name, layout]
+                row[f"quantize+pack Gelem/s {isa} {layout}"] = q_rate
+                row[f"unpack+dequantize Gelem/s {isa} {layout}"] = d_rate
+        row.update({
             "torch emulation Gelem/s": n / t_torch / 1e9 if t_torch else None,
             "ml_dtypes cast Gelem/s": n / t_cast / 1e9,
             "x torch": t_torch / t_q if t_torch else None,
             "x ml_dtypes": t_cast / t_q,
-            "quantize extra memory % of input": 100 * quant_extra / x.nbytes,
-            "dequantize extra memory % of input": 100 * dequant_extra / x.nbytes,
-        }
+        })
+        if not args.skip_memory:
+            quant_extra, dequant_extra = measure_memory(name, n)
+            row["quantize extra memory % of input"] = 100 * quant_extra / x.nbytes
+            row["dequantize extra memory % of input"] = 100 * dequant_extra / x.nbytes
         rows.append(row)
         print(" | ".join(f"{k}: {v:.3g}" if isinstance(v, float) else f"{k}: {v}" for k, v in row.items()), flush=True)
-    meta = {"elements": n, "threads": thread_count(), "cpu": os.uname().machine, "repeats": args.repeats,
-            "torch": torch.__version__, "ml_dtypes": ml_dtypes.__version__}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    meta["load_average_after"] = provenance()["cpu"]["load_average"]
+    atomic_write(args.output, json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     print(f"wrote {args.output}")
 
 

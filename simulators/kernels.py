@@ -15,12 +15,14 @@ byte (low nibble first), FP6 four codes in three bytes (little-endian bit order)
 8-bit codes one per byte. ``scales[r, b]`` is the code of block ``b``'s scale.
 
 Every kernel works on a range ``[t0, t1)`` of blocks, numbered row-major over
-(row, block), and releases the GIL, so callers split the work across threads.
+(row, block), and releases the GIL, so callers split the work across threads. It
+cuts the range into contiguous stretches of a row and hands each, as views, to
+``encode_span`` or ``decode_span``, which work a CHUNK of blocks at a time.
 """
 
 import numpy as np
 from numba import njit, types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 FP32_INF = 0x7F800000
 E8M0_NAN = 0xFF
@@ -29,6 +31,9 @@ RULE_FLOOR, RULE_RCEIL = 0, 2  # indices in formats.SCALE_RULES (1 is ceil)
 SCALE_E8M0, SCALE_E4M3 = 0, 1
 FAST_BLOCK = 32  # the MX block size, given loop nests of its own
 NV_BLOCK = 16  # NVFP4's block of 4-bit codes with an E4M3 scale, given a loop nest of its own too
+CHUNK = 64  # blocks per pass of the span kernels: their scratch stays in L1 between passes
+TILE = 16  # rows gathered side by side along a non-last quantized axis: a cache line of FP32
+GATHER_CHUNK = 16  # blocks per gathered tile, which then fits in L1
 
 
 @njit(inline="always")
@@ -50,6 +55,20 @@ def _load_bits(x, lut, i):
     if x.dtype == types.uint32:
         return lambda x, lut, i: np.int64(x[i])
     return lambda x, lut, i: np.int64(lut[x[i]])
+
+
+@intrinsic
+def ashr32(typingctx, value, amount):
+    """``value >> amount`` on int32 (amount below 32).
+
+    Numba widens every shift to 64 bits, and with a run-time amount LLVM cannot narrow
+    it back, so the rounding loops ran at half the vector width behind a wall of
+    widen/narrow shuffles; this shift stays 32 bits wide.
+    """
+    def codegen(context, builder, signature, args):
+        return builder.ashr(args[0], args[1])
+
+    return types.int32(types.int32, types.int32), codegen
 
 
 @njit(inline="always")
@@ -98,13 +117,14 @@ def round_element(vb, ek):
         np.int32(ek[6]), np.int32(ek[7]), np.int32(ek[8]), np.int32(ek[9]),
     )
     a = np.int32(vb & np.int32(0x7FFFFFFF))
-    neg = np.int32(np.int32(vb >> np.int32(31)) & np.int32(1))
-    normal = np.int32(np.int32(a - rebias + half + np.int32(np.int32(a >> shift) & np.int32(1))) >> shift)
+    neg = ashr32(np.int32(vb), np.int32(31))  # all ones for a negative value, else zero
+    normal = ashr32(np.int32(a - rebias + half + np.int32(ashr32(a, shift) & np.int32(1))), shift)
     sub = np.int32(np.float32(as_f32(a) + as_f32(magic)).view(np.int32) - magic)
-    mag = np.int32(min(sub if a < min_normal else normal, max_neg if neg else max_pos))
+    limit = np.int32(max_pos ^ np.int32(np.int32(max_pos ^ max_neg) & neg))
+    mag = np.int32(min(sub if a < min_normal else normal, limit))
     if twos:
-        return np.int32(np.int32(-mag) & np.int32(np.int32(1 << bits) - np.int32(1))) if neg else mag
-    return np.int32(mag | np.int32(neg << np.int32(bits - 1)))
+        return np.int32(np.int32(np.int32(mag ^ neg) - neg) & np.int32(np.int32(1 << bits) - np.int32(1)))
+    return np.int32(mag | np.int32(np.int32(1 << (bits - 1)) & neg))
 
 
 @njit(inline="always")
@@ -123,72 +143,88 @@ def block_scale(amax_bits, scale_kind, sc):
     untaken, would keep LLVM from vectorizing the E8M0 element loops beside it.
     """
     _kind, rule, emax, rcp_max, elem_max, ts, sk = sc
-    if amax_bits >= FP32_INF:
-        return (E4M3_NAN if scale_kind == SCALE_E4M3 else E8M0_NAN), np.float32(0.0)
     if scale_kind == SCALE_E8M0:
+        if amax_bits >= FP32_INF:
+            return E8M0_NAN, np.float32(0.0)
         e = e8m0_exponent(amax_bits, rule, emax, rcp_max)
         return e + 127, pow2_f32(-e)
-    # E4M3 block scale: (amax / elem_max) in units of the FP32 tensor scale
+    # E4M3 block scale: (amax / elem_max) in units of the FP32 tensor scale. Written with
+    # no early exit and no zero test before the division (the encode kernels use NumPy's
+    # error model), so that LLVM vectorizes it across the blocks of a chunk.
     target = np.float32(np.float32(as_f32(amax_bits) / elem_max) / ts)
     code = round_element(as_i64(target), sk)
-    decode_scale = np.float32(element_value(code, sk) * ts)
-    inv = np.float32(0.0)
-    if decode_scale != 0.0:
-        inv = np.float32(np.float32(1.0) / decode_scale)
-        if inv == np.inf:  # FP32-subnormal decode scale: the block is encoded as zeros
-            inv = np.float32(0.0)
-    return code, inv
+    inv = np.float32(np.float32(1.0) / np.float32(element_value(code, sk) * ts))
+    finite = amax_bits < FP32_INF
+    # A zero or FP32-subnormal decode scale has no finite inverse: the block is encoded as zeros.
+    return (code if finite else E4M3_NAN), (inv if finite and inv != np.inf else np.float32(0.0))
 
 
 @njit(inline="always")
-def encode_block(src, lut, base, B, bits, scale_kind, ek, sc, cbuf, codes, row, off):
-    """Quantize ``B`` contiguous elements of ``src`` from ``base``; pack into ``codes[row, off:]``.
+def encode_span(src, lut, B, bits, scale_kind, ek, sc, codes, scales, amax, inv, cbuf):
+    """Quantize+pack the ``len(scales)`` whole blocks at the start of ``src`` into ``codes``.
 
-    Returns the block's scale code. On the fast path ``B``, ``bits`` and ``scale_kind``
-    are constants: a runtime branch on any of them around these loops stops LLVM
-    vectorizing them, and so does indexing ``codes`` through a row view.
+    Every array is a view that starts at the span: with a run-time offset in an index,
+    Numba guards the index against negative values, and the guard turns each vector
+    load and store into a gather or scatter (2-3x slower). The blocks go CHUNK at a
+    time through four passes (amax, scale, round, pack) whose loops LLVM vectorizes,
+    with ``amax``, ``inv`` and ``cbuf`` as scratch. On the fast paths ``B``, ``bits`` and
+    ``scale_kind`` are constants: a run-time branch on any of them around these loops
+    stops LLVM vectorizing them.
     """
-    amax = np.int32(0)
-    for j in range(B):
-        amax = max(amax, np.int32(load_bits(src, lut, base + j) & 0x7FFFFFFF))
-    scode, inv = block_scale(np.int64(amax), scale_kind, sc)
-    for j in range(B):
-        cbuf[j] = round_element(np.float32(as_f32(load_bits(src, lut, base + j)) * inv).view(np.int32), ek)
-    if bits == 8:
-        for q in range(B):
-            codes[row, off + q] = np.uint8(cbuf[q])
-    elif bits == 4:
-        for q in range(B // 2):
-            codes[row, off + q] = np.uint8(cbuf[2 * q] | (cbuf[2 * q + 1] << 4))
-    else:
-        for g in range(B // 4):
-            w = cbuf[4 * g] | (cbuf[4 * g + 1] << 6) | (cbuf[4 * g + 2] << 12) | (cbuf[4 * g + 3] << 18)
-            codes[row, off + 3 * g] = np.uint8(w & 0xFF)
-            codes[row, off + 3 * g + 1] = np.uint8((w >> 8) & 0xFF)
-            codes[row, off + 3 * g + 2] = np.uint8(w >> 16)
-    if amax >= FP32_INF:  # NaN scale: the element codes carry nothing, store zeros
-        for q in range(B * bits // 8):
-            codes[row, off + q] = 0
-    return scode
+    bpb = B * bits // 8
+    count = len(scales)
+    for c0 in range(0, count, CHUNK):
+        m = min(CHUNK, count - c0)
+        xs = src[c0 * B:(c0 + m) * B]
+        out = codes[c0 * bpb:(c0 + m) * bpb]
+        block_scales = scales[c0:c0 + m]
+        for k in range(m):
+            a = np.int32(0)
+            for j in range(B):
+                a = max(a, np.int32(load_bits(xs, lut, k * B + j) & 0x7FFFFFFF))
+            amax[k] = a
+        for k in range(m):
+            block_scales[k], inv[k] = block_scale(np.int64(amax[k]), scale_kind, sc)
+        for k in range(m):
+            v = inv[k]
+            for j in range(B):
+                cbuf[k * B + j] = round_element(np.float32(as_f32(load_bits(xs, lut, k * B + j)) * v).view(np.int32), ek)
+        if bits == 8:
+            for i in range(m * B):
+                out[i] = np.uint8(cbuf[i])
+        elif bits == 4:
+            pairs = cbuf[:m * B].view(np.int64)  # (low, high) codes of a byte in one word, little-endian
+            for i in range(m * B // 2):
+                w = pairs[i]
+                out[i] = np.uint8((w | (w >> 28)) & 0xFF)
+        else:
+            for g in range(m * B // 4):
+                w = cbuf[4 * g] | (cbuf[4 * g + 1] << 6) | (cbuf[4 * g + 2] << 12) | (cbuf[4 * g + 3] << 18)
+                out[3 * g] = np.uint8(w & 0xFF)
+                out[3 * g + 1] = np.uint8((w >> 8) & 0xFF)
+                out[3 * g + 2] = np.uint8(w >> 16)
+        for k in range(m):
+            if amax[k] >= FP32_INF:  # NaN scale: the element codes carry nothing, store zeros
+                out[k * bpb:(k + 1) * bpb] = 0
 
 
 @njit(inline="always")
 def encode_run(x, lut, n, B, bits, scale_kind, t0, t1, ek, sc, codes, scales):
-    """Full blocks ``t0 .. t1``, numbered row-major over (row, block), read in place."""
+    """Full blocks ``t0 .. t1``, numbered row-major over (row, block), read in place a row's stretch at a time."""
     full = n // B
     bpb = B * bits // 8
-    cbuf = np.empty(B, np.int32)
-    r = t0 // full
-    b = t0 - r * full
-    for _ in range(t1 - t0):
-        scales[r, b] = encode_block(x, lut, r * n + b * B, B, bits, scale_kind, ek, sc, cbuf, codes, r, b * bpb)
-        b += 1
-        if b == full:
-            b = 0
-            r += 1
+    amax, inv, cbuf = np.empty(CHUNK, np.int32), np.empty(CHUNK, np.float32), np.empty(CHUNK * B, np.int32)
+    t = t0
+    while t < t1:
+        r = t // full
+        b0 = t - r * full
+        b1 = min(full, b0 + t1 - t)
+        encode_span(x[r * n + b0 * B:r * n + b1 * B], lut, B, bits, scale_kind, ek, sc, codes[r, b0 * bpb:b1 * bpb],
+                    scales[r, b0:b1], amax, inv, cbuf)
+        t += b1 - b0
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, error_model="numpy")
 def encode(x, lut, n, B, t0, t1, ek, sc, codes, scales):
     """Quantize+pack full blocks ``t0 .. t1`` of rows of length ``n`` stored contiguously.
 
@@ -209,84 +245,110 @@ def encode(x, lut, n, B, t0, t1, ek, sc, codes, scales):
         encode_run(x, lut, n, B, bits, sc[0], t0, t1, ek, sc, codes, scales)
 
 
-@njit(nogil=True, cache=True)
+@njit(inline="always")
+def gathered_stretch(t, t1, per_row, first, inner):
+    """Where the next stretch of gathered blocks starts: (row, first block, end block, rows).
+
+    From the start of a row with at least one whole row left in ``[t, t1)``, the stretch
+    covers whole rows, up to TILE of them side by side along ``inner`` (their elements lie
+    next to each other in memory); otherwise it is the rest of one row.
+    """
+    r = t // per_row
+    b0 = first + (t - r * per_row)
+    if b0 == first and t1 - t >= per_row:
+        return r, b0, first + per_row, min(TILE, inner - r % inner, (t1 - t) // per_row)
+    return r, b0, min(first + per_row, b0 + t1 - t), 1
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
 def encode_gathered(x, lut, n, inner, B, first, t0, t1, ek, sc, codes, scales):
     """Blocks ``first ..`` of every row (``t`` counts them row-major), via a gather buffer.
 
-    Row ``r`` is ``(o, i) = divmod(r, inner)`` of the input viewed as ``(outer, n, inner)``;
-    the buffer takes the strided elements and zero-pads a partial last block.
+    Row ``r`` is ``(o, i) = divmod(r, inner)`` of the input viewed as ``(outer, n, inner)``.
+    Up to TILE rows at a time are gathered into ``tile`` by reading their neighbouring
+    elements together (a row's own elements are ``inner`` apart, one per cache line), a
+    chunk of blocks at a time, zero-padding a partial last block.
     """
     bits = ek[1]
     per_row = (n + B - 1) // B - first
     bpb = B * bits // 8
-    src = np.empty(B, np.uint32)
-    cbuf = np.empty(B, np.int32)
+    tile = np.empty((TILE, GATHER_CHUNK * B), np.uint32)
+    amax, inv, cbuf = np.empty(CHUNK, np.int32), np.empty(CHUNK, np.float32), np.empty(CHUNK * B, np.int32)
     identity = np.empty(0, np.uint32)
-    for t in range(t0, t1):
-        r = t // per_row
-        b = first + (t - r * per_row)
+    t = t0
+    while t < t1:
+        r, b0, b1, lanes = gathered_stretch(t, t1, per_row, first, inner)
         o = r // inner
-        i = r - o * inner
-        k0 = b * B
-        valid = min(B, n - k0)
-        base = (o * n + k0) * inner + i
-        for j in range(valid):
-            src[j] = np.uint32(load_bits(x, lut, base + j * inner))
-        for j in range(valid, B):
-            src[j] = 0
-        scales[r, b] = encode_block(src, identity, 0, B, bits, sc[0], ek, sc, cbuf, codes, r, b * bpb)
+        base = o * n * inner + (r - o * inner)
+        for c0 in range(b0, b1, GATHER_CHUNK):
+            c1 = min(b1, c0 + GATHER_CHUNK)
+            k0, k1 = c0 * B, min(n, c1 * B)
+            for k in range(k1 - k0):
+                at = base + (k0 + k) * inner
+                for lane in range(lanes):
+                    tile[lane, k] = np.uint32(load_bits(x, lut, at + lane))
+            tile[:lanes, k1 - k0:(c1 - c0) * B] = 0
+            for lane in range(lanes):
+                encode_span(tile[lane, :(c1 - c0) * B], identity, B, bits, sc[0], ek, sc,
+                            codes[r + lane, c0 * bpb:c1 * bpb], scales[r + lane, c0:c1], amax, inv, cbuf)
+        t += lanes * (b1 - b0)
 
 
 @njit(inline="always")
-def decode_block(codes, row, off, B, bits, values, sv, ts, cbuf, out, base, step, count):
-    """Unpack the block at ``codes[row, off:]``; write ``count`` values to ``out`` by ``step``."""
-    if bits == 8:
-        for q in range(B):
-            cbuf[q] = codes[row, off + q]
-    elif bits == 4:
-        for q in range(B // 2):
-            w = codes[row, off + q]
-            cbuf[2 * q] = w & 0xF
-            cbuf[2 * q + 1] = w >> 4
-    else:
-        for g in range(B // 4):
-            w = (
-                np.int32(codes[row, off + 3 * g])
-                | (np.int32(codes[row, off + 3 * g + 1]) << 8)
-                | (np.int32(codes[row, off + 3 * g + 2]) << 16)
-            )
-            cbuf[4 * g] = w & 63
-            cbuf[4 * g + 1] = (w >> 6) & 63
-            cbuf[4 * g + 2] = (w >> 12) & 63
-            cbuf[4 * g + 3] = w >> 18
-    for j in range(count):
-        out[base + j * step] = np.float32(np.float32(values[cbuf[j]] * sv) * ts)
+def decode_span(codes, scales, B, bits, values, scale_values, ts, out, cbuf):
+    """Unpack+dequantize the ``len(scales)`` blocks at the start of ``codes`` into ``out``.
+
+    Views that start at the span, for the reason ``encode_span`` gives. Element value
+    times block scale is exact; NVFP4 then multiplies by its FP32 tensor scale ``ts``
+    (1.0 for MX formats, which leaves every value unchanged).
+    """
+    bpb = B * bits // 8
+    count = len(scales)
+    for c0 in range(0, count, CHUNK):
+        m = min(CHUNK, count - c0)
+        cc = codes[c0 * bpb:(c0 + m) * bpb]
+        block_scales = scales[c0:c0 + m]
+        o = out[c0 * B:(c0 + m) * B]
+        if bits == 8:
+            for i in range(m * B):
+                cbuf[i] = cc[i]
+        elif bits == 4:
+            pairs = cbuf[:m * B].view(np.int64)  # the two codes of a byte as the low and high word
+            for i in range(m * B // 2):
+                w = np.int64(cc[i])
+                pairs[i] = (w & 0xF) | ((w >> 4) << 32)
+        else:
+            for g in range(m * B // 4):
+                w = np.int32(cc[3 * g]) | (np.int32(cc[3 * g + 1]) << 8) | (np.int32(cc[3 * g + 2]) << 16)
+                cbuf[4 * g] = w & 63
+                cbuf[4 * g + 1] = (w >> 6) & 63
+                cbuf[4 * g + 2] = (w >> 12) & 63
+                cbuf[4 * g + 3] = w >> 18
+        for k in range(m):
+            sv = scale_values[block_scales[k]]
+            for j in range(B):
+                o[k * B + j] = np.float32(np.float32(values[cbuf[k * B + j]] * sv) * ts)
 
 
 @njit(inline="always")
 def decode_run(codes, scales, n, B, bits, t0, t1, values, scale_values, ts, out):
-    """Full blocks ``t0 .. t1`` of contiguous rows, numbered row-major."""
+    """Full blocks ``t0 .. t1`` of contiguous rows, numbered row-major, a row's stretch at a time."""
     full = n // B
     bpb = B * bits // 8
-    cbuf = np.empty(B, np.int32)
-    r = t0 // full
-    b = t0 - r * full
-    for _ in range(t1 - t0):
-        decode_block(codes, r, b * bpb, B, bits, values, scale_values[scales[r, b]], ts, cbuf, out, r * n + b * B,
-                     1, B)
-        b += 1
-        if b == full:
-            b = 0
-            r += 1
+    cbuf = np.empty(CHUNK * B, np.int32)
+    t = t0
+    while t < t1:
+        r = t // full
+        b0 = t - r * full
+        b1 = min(full, b0 + t1 - t)
+        decode_span(codes[r, b0 * bpb:b1 * bpb], scales[r, b0:b1], B, bits, values, scale_values, ts,
+                    out[r * n + b0 * B:r * n + b1 * B], cbuf)
+        t += b1 - b0
 
 
 @njit(nogil=True, cache=True)
 def decode(codes, scales, n, B, bits, t0, t1, values, scale_values, ts, out):
-    """Unpack+dequantize full blocks ``t0 .. t1`` of contiguous rows into flat float32 ``out``.
-
-    Element value times block scale is exact; NVFP4 then multiplies by its FP32 tensor
-    scale ``ts`` (1.0 for MX formats, which leaves every value unchanged).
-    """
+    """Unpack+dequantize full blocks ``t0 .. t1`` of contiguous rows into flat float32 ``out``."""
     if B == FAST_BLOCK and bits == 4:
         decode_run(codes, scales, n, FAST_BLOCK, 4, t0, t1, values, scale_values, ts, out)
     elif B == FAST_BLOCK and bits == 8:
@@ -301,26 +363,37 @@ def decode(codes, scales, n, B, bits, t0, t1, values, scale_values, ts, out):
 
 @njit(nogil=True, cache=True)
 def decode_scattered(codes, scales, n, inner, B, bits, first, t0, t1, values, scale_values, ts, out):
-    """Blocks ``first ..`` of every row, written strided and cut short at the row end."""
+    """Blocks ``first ..`` of every row, decoded into a tile of up to TILE rows (as
+    ``encode_gathered`` gathers them), then written out strided and cut short at the row end."""
     per_row = (n + B - 1) // B - first
     bpb = B * bits // 8
-    cbuf = np.empty(B, np.int32)
-    for t in range(t0, t1):
-        r = t // per_row
-        b = first + (t - r * per_row)
+    cbuf = np.empty(CHUNK * B, np.int32)
+    tile = np.empty((TILE, GATHER_CHUNK * B), np.float32)
+    t = t0
+    while t < t1:
+        r, b0, b1, lanes = gathered_stretch(t, t1, per_row, first, inner)
         o = r // inner
-        i = r - o * inner
-        k0 = b * B
-        decode_block(codes, r, b * bpb, B, bits, values, scale_values[scales[r, b]], ts, cbuf, out,
-                     (o * n + k0) * inner + i, inner, min(B, n - k0))
+        base = o * n * inner + (r - o * inner)
+        for c0 in range(b0, b1, GATHER_CHUNK):
+            c1 = min(b1, c0 + GATHER_CHUNK)
+            for lane in range(lanes):
+                decode_span(codes[r + lane, c0 * bpb:c1 * bpb], scales[r + lane, c0:c1], B, bits, values,
+                            scale_values, ts, tile[lane, :(c1 - c0) * B], cbuf)
+            k0, k1 = c0 * B, min(n, c1 * B)
+            for k in range(k1 - k0):
+                at = base + (k0 + k) * inner
+                for lane in range(lanes):
+                    out[at + lane] = tile[lane, k]
+        t += lanes * (b1 - b0)
 
 
 @njit(nogil=True, cache=True)
 def finite_amax(x, lut, i0, i1):
     """Largest finite magnitude among ``x[i0:i1]`` as FP32 bits (0 if none)."""
-    m = np.int64(0)
-    for i in range(i0, i1):
-        a = load_bits(x, lut, i) & 0x7FFFFFFF
+    span = x[i0:i1]  # a view, for the reason encode_span gives
+    m = np.int32(0)
+    for i in range(len(span)):
+        a = np.int32(load_bits(span, lut, i) & 0x7FFFFFFF)
         if a < FP32_INF:
             m = max(m, a)
     return m
