@@ -186,13 +186,13 @@ def model_cases(threads: int, tmp: Path, seed: int) -> list[Case]:
     from edgekit.compilers.lower import lower
     from edgekit.compilers.onnx_export import export_onnx, onnx_session
     from edgekit.compilers.plan import make_plan
-    from edgekit.models.registry import get_model
+    from edgekit.models.registry import get_model, train
     from edgekit.targets import tvm_target
 
     entry = get_model("digits")
     config = entry.config(seed=seed)
     print("training digits ...", flush=True)
-    module = entry.train(config).eval()
+    module = train(entry, config, cache_dir=False).model.eval()
     example = entry.example_inputs(config)
     x = np.random.default_rng(seed).random((1, 64), dtype=np.float32)
     with torch.inference_mode():
@@ -282,11 +282,16 @@ def main():
     parser.add_argument("--sample-ms", type=float, default=30.0, help="minimum length of one sample")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-model", action="store_true", help="only the GEMV part")
+    parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/gemv.json"))
     args = parser.parse_args()
     if args.rounds < 7:
         parser.error("--rounds must be at least 7")
 
+    from edgekit.provenance import provenance, require_clean_tree
+
+    require_clean_tree(args.allow_dirty)
+    before = provenance(args.seed, threads=args.threads)  # the load average before the run
     tvm_threads, note = configure_tvm_threads(args.threads)  # before TVM's pool starts
     if note:
         print(f"warning: {note}", flush=True)
@@ -295,7 +300,6 @@ def main():
     import torch
 
     from edgekit.output import atomic_write, json_safe, markdown_table
-    from edgekit.provenance import provenance
     from edgekit.targets import tvm_target
 
     torch.set_num_threads(args.threads)
@@ -313,11 +317,10 @@ def main():
     if model_rows:
         text += ("\n\n### digits MLP (64-256-256-10), batch 1\n\n" + markdown_table(model_rows))
     print(text)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown")
-    meta = {**provenance(args.seed), "command": " ".join(["python", *sys.argv]),
+    meta = {**before, "command": " ".join(["python", *sys.argv]),
             "n": args.n, "k": args.k, "rounds": args.rounds, "sample_ms": args.sample_ms,
-            "threads": args.threads, "tvm_threads": tvm_threads, "cpu": cpu, "logical_cpus": os.cpu_count(),
+            "threads": args.threads, "tvm_threads": tvm_threads, "logical_cpus": os.cpu_count(),
+            "load_average_after": provenance()["cpu"]["load_average"],
             "tvm_target": str(tvm_target("host")),
             "speedup_and_bandwidth_from": "medians", "reference": REFERENCE,
             "fastest_onnxruntime": "the onnxruntime fp32 row with the smallest median"}

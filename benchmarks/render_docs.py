@@ -1,0 +1,152 @@
+"""Render the result tables of the docs from the committed files in benchmarks/results/.
+
+    python benchmarks/render_docs.py           # rewrite the generated blocks of every page
+    python benchmarks/render_docs.py --check   # exit 1 if a page differs from what it renders
+
+A page asks for a table with a block
+
+    <!-- results: NAME -->
+    (generated; anything here is replaced)
+    <!-- end results -->
+
+where NAME is a renderer of ``RENDERERS``. Each renderer reads one results file and returns
+Markdown: a line saying where the figures come from (file, command, git SHA, CPU, threads,
+load) and the table. A tree marked dirty in the file is said in that line. Tests run
+``--check``, so a page never shows figures its committed file does not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+BLOCK = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.S)
+
+
+def load(name: str) -> dict:
+    return json.loads((RESULTS / name).read_text())
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def source_line(file: str, meta: dict) -> str:
+    """Where the figures come from: file, command, commit, machine, threads and load."""
+    sha = meta.get("git_sha", "unknown")
+    dirty = " (**made on a tree with uncommitted changes**)" if sha.endswith("-dirty") else ""
+    cpu = meta.get("cpu", {})
+    ext = ", ".join(e for e in cpu.get("vector_extensions", []) if e.startswith(("avx", "asimd", "sve")))
+    load_before = cpu.get("load_average")
+    load_after = meta.get("load_average_after")
+    loads = f"load average {load_before[0]} before" if load_before else "load not recorded"
+    if load_after:
+        loads += f", {load_after[0]} after"
+    return (f"From `benchmarks/results/{file}`, written by `{meta.get('command', 'unknown command')}` at git "
+            f"{sha[:10]}{dirty} on {cpu.get('model', 'an unknown CPU')} ({ext or 'no vector extensions recorded'}), "
+            f"{meta.get('threads', '?')} threads, {loads}.")
+
+
+def render_codecs() -> str:
+    data = load("codecs.json")
+    meta, rows = data["meta"], data["rows"]
+    isas = list(meta["isas"])
+    layouts = ("1-D", "2-D", "2-D axis 0")
+    columns = [(isa, layout) for isa in isas for layout in layouts]
+    header = ["format"] + [f"{isa}, {layout}" for isa, layout in columns]
+
+    def rates(key: str) -> list[list[str]]:
+        return [[r["format"]] + [f"{r[f'{key} Gelem/s {isa} {layout}']:.2f}" for isa, layout in columns] for r in rows]
+
+    baselines = [[r["format"],
+                  f"{r['torch emulation Gelem/s']:.3f}" if r["torch emulation Gelem/s"] else "n/a",
+                  f"{r['ml_dtypes cast Gelem/s']:.2f}",
+                  f"{r['x torch']:.1f}x" if r["x torch"] else "n/a",
+                  f"{r['x ml_dtypes']:.1f}x",
+                  (f"{r['quantize extra memory % of input']:.2g}% / {r['dequantize extra memory % of input']:.2g}%"
+                   if "quantize extra memory % of input" in r else "not measured")] for r in rows]
+    return "\n\n".join([
+        source_line("codecs.json", meta) + f" {meta['elements']:,} float32 values, best of {meta['repeats']}; "
+        "billions of elements per second.",
+        "Quantize and pack:",
+        table(header, rates("quantize+pack")),
+        "Unpack and dequantize:",
+        table(header, rates("unpack+dequantize")),
+        f"Against the baselines (2-D, kernels compiled for {isas[0]}):",
+        table(["format", "PyTorch emulation", "ml_dtypes cast", "vs PyTorch", "vs ml_dtypes",
+               "extra memory (quantize / dequantize)"], baselines),
+    ])
+
+
+def render_user_models() -> str:
+    data = load("user_models.json")
+    formats = list(dict.fromkeys(r["format"] for r in data["accuracy"]))
+    models = list(dict.fromkeys(r["model"] for r in data["accuracy"]))
+    cosine = {(r["model"], r["format"]): r for r in data["accuracy"]}
+    builds = {r["model"]: r for r in data["builds"] if r["batch"] == 1}
+    worst = {m: max(r["max_rel_diff_vs_onnxruntime"] for r in data["builds"] if r["model"] == m) for m in builds}
+    rows = []
+    for model in models:
+        cells = []
+        for fmt in formats:
+            r = cosine[model, fmt]
+            done, total = r["layers"].split("/")
+            cells.append(f"{r['cosine']:.4f}" + ("" if done == total else f" ({r['layers']} layers)"))
+        b = builds[model]
+        cells += [f"{worst[model]:.1e}", "yes" if b["symbolic_batch"] else "no",
+                  f"{b['tvm_mxfp4_ms']:.2f} / {b['onnxruntime_fp32_ms']:.2f} ms"]
+        rows.append([model, *cells])
+    batches = sorted({r["batch"] for r in data["builds"]})
+    header = ["model", *formats, f"build vs onnxruntime (batches {', '.join(map(str, batches))})", "any batch", "TVM MXFP4 / ORT fp32 (batch 1)"]
+    sym = {r["build"]: r["median_ms"] for r in data["symbolic_batch"]}
+    (any_batch, any_ms), (_, one_ms) = sorted(sym.items(), key=lambda kv: "batch 1" == kv[0])
+    return "\n\n".join([
+        source_line("user_models.json", data["meta"]),
+        table(header, rows),
+        f"One build for any batch has a price at batch 1 in convolutions: ResNet-18's {any_batch} build took "
+        f"{any_ms:.1f} ms against {one_ms:.1f} ms for its batch-1 build ({any_ms / one_ms:.2f}x, interleaved medians).",
+    ])
+
+
+RENDERERS = {"codecs": render_codecs, "user-models": render_user_models}
+
+
+def render_page(text: str) -> str:
+    def replace(match: re.Match) -> str:
+        name = match["name"]
+        if name not in RENDERERS:
+            raise SystemExit(f"unknown results block {name!r}; renderers: {', '.join(RENDERERS)}")
+        return f"{match[1]}{RENDERERS[name]()}\n{match[4]}"
+
+    return BLOCK.sub(replace, text)
+
+
+def stale_pages() -> list[Path]:
+    """Pages whose generated blocks differ from what the committed results render."""
+    return [page for page in PAGES if page.read_text() != render_page(page.read_text())]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a page is out of date")
+    args = parser.parse_args()
+    stale = stale_pages()
+    if args.check:
+        for page in stale:
+            print(f"{page.relative_to(ROOT)} differs from what benchmarks/render_docs.py renders", file=sys.stderr)
+        raise SystemExit(1 if stale else 0)
+    for page in stale:
+        page.write_text(render_page(page.read_text()))
+        print(f"rendered {page.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
