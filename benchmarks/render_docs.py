@@ -116,7 +116,26 @@ def render_user_models() -> str:
     ])
 
 
-RENDERERS = {"codecs": render_codecs, "user-models": render_user_models}
+def render_gemv() -> str:
+    data = load("gemv.json")
+    meta = data["meta"]
+    gemv = [[r["backend"], f"{r['bits/weight']:g}", f"{r['bytes/call (MiB)']:.1f}", f"{r['median (ms)']:.2f}",
+             f"{r['min (ms)']:.2f}", f"{r['GB/s']:.1f}", f"{r['x onnxruntime fp32']:.2f}"] for r in data["gemv"]]
+    parts = [
+        source_line("gemv.json", meta) + f" GEMV {meta['n']}x{meta['k']}, batch 1, {meta['rounds']} interleaved "
+        f"rounds; ratios of medians to {meta['reference']}.",
+        table(["backend", "bits/weight", "MiB read/call", "median (ms)", "min (ms)", "GB/s (median)",
+               "x onnxruntime fp32"], gemv),
+    ]
+    if data["model"]:
+        model = [[r["backend"], f"{r['bits/weight']:g}", f"{1e3 * r['median (ms)']:.1f}", f"{1e3 * r['min (ms)']:.1f}",
+                  f"{r['x onnxruntime fp32']:.2f}"] for r in data["model"]]
+        parts += ["The digits MLP (64-256-256-10) at batch 1, same run:",
+                  table(["backend", "bits/weight", "median (us)", "min (us)", "x onnxruntime fp32"], model)]
+    return "\n\n".join(parts)
+
+
+RENDERERS = {"codecs": render_codecs, "gemv": render_gemv, "user-models": render_user_models}
 
 
 def render_page(text: str) -> str:
