@@ -372,10 +372,13 @@ def layer_option(fn):
               help="Timing rounds per host build.")
 @click.option("--studies", default=None, metavar="A,B",
               help="Algorithm studies to run and report too (`edgekit study` lists them); none by default.")
+@click.option("--model-file", "model_files", multiple=True, metavar="MODEL.onnx[=INPUTS.npz]",
+              help="Your own ONNX or .pt2 model (repeatable): every format against float on the inputs (drawn "
+                   "where none are given), as `edgekit eval MODEL` does. Without --models, only these files.")
 @cache_dir_option
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("report"),
               show_default=True, help="Report directory (index.html, report.json, report.md, plots).")
-def report(models, formats, targets, deploy_items, configs, rounds, studies, cache_dir, output):
+def report(models, formats, targets, deploy_items, configs, rounds, studies, model_files, cache_dir, output):
     """Accuracy against bit-width, latency and size per target, and the best format that fits each target.
 
     Trains or loads each model, scores it in every format, compiles it for each target
@@ -402,7 +405,7 @@ def report(models, formats, targets, deploy_items, configs, rounds, studies, cac
                                      param_hint="--deploy-params") from None
     with clear_errors():
         plan = check_plan(comma_list(models), comma_list(formats), comma_list(targets), deploy, configs, rounds,
-                          comma_list(studies))
+                          comma_list(studies), model_files)
         check_output_dir(output, REPORT_JSON)
 
     def bar(items, desc):
@@ -413,7 +416,7 @@ def report(models, formats, targets, deploy_items, configs, rounds, studies, cac
     meta = {**code, "seconds": time.perf_counter() - start,
             "plan": {"models": plan.models, "formats": plan.formats, "targets": plan.targets,
                      "deploy_params": {m: plan.deploy_params[m] for m in plan.models}, "configs": plan.configs,
-                      "studies": plan.studies}}
+                      "studies": plan.studies, "model_files": [vars(m) for m in plan.model_files]}}
     with clear_errors():
         index = write_report(output, sections, meta)
     click.echo(f"report written: {index.resolve()}")

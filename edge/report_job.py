@@ -31,6 +31,7 @@ DEFAULT_MODELS = ("lm", "fluxnet", "meanflow_policy")
 DEFAULT_FORMATS = ("fp32", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxint4", "mxfp4", "nvfp4",
                    "liftquant_16to8", "liftquant_24to10", "liftquant_12to4", "liftquant_16to4")  # 2, 2.4, 3, 4 code bits
 DEFAULT_TARGETS = ("host", "h100", "rpi4")
+MODEL_FILE_SUFFIXES = (".onnx", ".pt2")
 # Parameter counts of a realistic deployment of each method, for the memory budget: a
 # 7B-parameter LLM, a 100M-parameter PDE surrogate, a 300M-parameter robot policy, an 8B masked
 # diffusion LM (LLaDA-8B, the Info-Gain paper's), a 10M-parameter conditional generator, a
@@ -48,6 +49,25 @@ MEMORY_FOR_WEIGHTS = 0.8  # of a target's memory; the rest is left to activation
 LATENCY_ROUNDS = 15
 
 
+@dataclass(frozen=True)
+class ModelFile:
+    """A user's model file for the report, with the inputs to score it on (drawn when None)."""
+
+    path: str
+    inputs: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str) -> ModelFile:
+        """``MODEL.onnx`` or ``MODEL.onnx=INPUTS.npz`` (also ``.pt2``), checked to exist."""
+        path, _, inputs = spec.partition("=")
+        if Path(path).suffix not in MODEL_FILE_SUFFIXES:
+            raise ValueError(f"model file {path!r} must end in {' or '.join(MODEL_FILE_SUFFIXES)}")
+        for name, kind in ((path, "model file"), (inputs, "inputs file")):
+            if name and not Path(name).is_file():
+                raise ValueError(f"{kind} {name!r} does not exist")
+        return cls(path, inputs or None)
+
+
 @dataclass
 class ReportPlan:
     """What a report covers, checked before any work starts."""
@@ -60,17 +80,24 @@ class ReportPlan:
     latency_rounds: int = LATENCY_ROUNDS
     budget_targets: list[str] = field(default_factory=list)
     studies: list[str] = field(default_factory=list)  # algorithm studies (edgekit.models.studies) to run too
+    model_files: list[ModelFile] = field(default_factory=list)  # users' ONNX / .pt2 models, scored against float
+
 
 
 def check_plan(models, formats, targets, deploy_params=None, configs="report",
-               latency_rounds=LATENCY_ROUNDS, study_names=None) -> ReportPlan:
-    """Names checked against the registries, each error listing what is valid."""
+               latency_rounds=LATENCY_ROUNDS, study_names=None, model_files=None) -> ReportPlan:
+    """Names checked against the registries, each error listing what is valid.
+
+    ``model_files``: ``MODEL.onnx[=INPUTS.npz]`` specs; given without ``models``, the report
+    covers those files alone rather than the default zoo models.
+    """
     from edgekit.compilers.plan import check_weight_format
     from edgekit.targets import load_target, target_names
 
     if configs not in CONFIG_SETS:
         raise ValueError(f"configs must be one of {', '.join(CONFIG_SETS)}, got {configs!r}")
-    models = list(models or DEFAULT_MODELS)
+    files = [ModelFile.parse(spec) for spec in model_files or []]
+    models = list(models or ([] if files else DEFAULT_MODELS))
     unknown = [m for m in models if m not in registry.model_names()]
     if unknown:
         raise ValueError(f"unknown model{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
@@ -100,7 +127,7 @@ def check_plan(models, formats, targets, deploy_params=None, configs="report",
     for name in study_names or []:
         studies.get_study(name)
     return ReportPlan(models, list(dict.fromkeys(checked_formats)), target_list, deploy, configs, latency_rounds,
-                      target_names(), list(dict.fromkeys(study_names or [])))
+                      target_names(), list(dict.fromkeys(study_names or [])), files)
 
 
 def model_config(entry, configs: str):
@@ -265,7 +292,24 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
                       "memory_for_weights": MEMORY_FOR_WEIGHTS, "compiler_code": code},
             "models": models, "evaluations": [row for rows in evaluations.values() for row in rows],
             "not_applicable": skipped, "builds": builds, "latency": latencies, "budget": budget_fit(models, evaluations, builds, plan),
-            **({"studies": run_studies(plan.studies, plan.configs, log)} if plan.studies else {})}
+            **({"studies": run_studies(plan.studies, plan.configs, log)} if plan.studies else {}),
+            **({"user_models": score_model_files(plan, log, progress)} if plan.model_files else {})}
+
+
+def score_model_files(plan: ReportPlan, log: Callable[[str], None] = print, progress: Callable | None = None) -> list[dict]:
+    """Each user model file in each of the plan's formats against float, in onnxruntime (``edgekit eval FILE``)."""
+    from .graph_eval_job import evaluate_model_file
+
+    formats = [f for f in plan.formats if f != FLOAT]
+    rows = []
+    for model in plan.model_files:
+        name = Path(model.path).name
+        log(f"{name}: scoring {len(formats)} formats against float")
+        for row in evaluate_model_file(model.path, formats, Path(model.inputs) if model.inputs else None, log=log,
+                                       progress=progress and partial(progress, desc=f"eval {name}")):
+            rows.append({"model": name, "path": model.path, "inputs": model.inputs or "drawn", **row,
+                         "source": "measured"})
+    return rows
 
 
 def run_studies(names: list[str], configs: str, log: Callable[[str], None] = print) -> list[dict]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from edgekit.simulators.files import check_output_dir, staged_directory
 
 from .output import json_safe, markdown_table
-from .plots import latency_size_png, metric_vs_bits_png
+from .plots import latency_size_png, metric_vs_bits_png, output_agreement_png
 
 REPORT_JSON = "report.json"
 FILES = ("index.html", REPORT_JSON, "report.md", "accuracy_vs_bits.png", "latency_size.png")
@@ -95,6 +95,20 @@ def study_rows(document: dict) -> list[dict]:
     return rows
 
 
+def user_model_rows(document: dict) -> list[dict]:
+    """Users' model files against float (``edgekit report --model-file``), one row per format and output."""
+    keys = ("model", "format", "output", "layers", "bits/weight", "cosine", "max_abs_error", "mean_abs_error",
+            "top1_agreement", "inputs")
+    return [{k: row.get(k) for k in keys} for row in document.get("user_models", [])]
+
+
+def user_model_pngs(document: dict) -> dict[str, bytes]:
+    """File name -> agreement plot of each user model (what ``edgekit eval FILE --plot`` draws)."""
+    rows = document.get("user_models", [])
+    return {f"user_{Path(name).stem}.png": output_agreement_png([r for r in rows if r["model"] == name], name)
+            for name in dict.fromkeys(r["model"] for r in rows)}
+
+
 def model_rows(document: dict) -> list[dict]:
     return [{k: m[k] for k in ("model", "parameters", "deploy_params", "metric", "train_source", "train_seconds")}
             for m in document["models"]]
@@ -109,14 +123,18 @@ def budget_note(document: dict) -> str:
 def render_markdown(document: dict) -> str:
     meta = document["meta"]
     parts = [(f"# edgekit report\n\ngit {meta['git_sha']}, seed {meta['seed']}, edgekit "
-              f"{meta['versions']['edgekit']}, {meta['seconds']:.0f} s; `{meta['command']}`"),
-             "## Models\n\n" + markdown_table(model_rows(document)),
-             "## Accuracy against bit-width\n\n" + markdown_table(evaluation_rows(document)),
-             "## Not applicable\n\n" + (markdown_table(document["not_applicable"]) if document["not_applicable"] else "(none)"),
-             "## Builds, sizes and host latency\n\n" + markdown_table(build_rows(document)),
-             "## What fits where\n\n" + budget_note(document) + "\n\n" + markdown_table(budget_rows(document))]
+              f"{meta['versions']['edgekit']}, {meta['seconds']:.0f} s; `{meta['command']}`")]
+    if document["models"]:
+        parts += ["## Models\n\n" + markdown_table(model_rows(document)),
+                  "## Accuracy against bit-width\n\n" + markdown_table(evaluation_rows(document)),
+                  "## Not applicable\n\n" + (markdown_table(document["not_applicable"]) if document["not_applicable"] else "(none)"),
+                  "## Builds, sizes and host latency\n\n" + markdown_table(build_rows(document)),
+                  "## What fits where\n\n" + budget_note(document) + "\n\n" + markdown_table(budget_rows(document))]
     if document.get("studies"):
         parts.append("## Studies\n\n" + markdown_table(study_rows(document)))
+    if document.get("user_models"):
+        parts.append("## Your models against float\n\n" + USER_MODELS_NOTE + "\n\n"
+                     + markdown_table(user_model_rows(document)))
     return "\n\n".join(parts) + "\n"
 
 
@@ -136,7 +154,9 @@ def _cell(value) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def _img(png: bytes, alt: str) -> str:
+def _img(png: bytes | None, alt: str) -> str:
+    if png is None:  # a report of model files alone has no zoo plots
+        return ""
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
@@ -151,7 +171,32 @@ img { max-width: 100%; border: 1px solid #eee; }
 """
 
 
-def render_html(document: dict, accuracy_png: bytes, latency_png: bytes) -> str:
+USER_MODELS_NOTE = ("Each model file's quantized ONNX export run in onnxruntime on the same inputs as its float graph: "
+                    "cosine similarity, max and mean error and top-1 agreement of each output against float.")
+
+
+def zoo_html(document: dict, accuracy_png: bytes | None, latency_png: bytes | None) -> str:
+    """The zoo models' sections: models, accuracy, builds and latency, budget fit (none for model files alone)."""
+    if not document["models"]:
+        return ""
+    return f"""<h2>Models</h2>
+{_table_html(model_rows(document))}
+<h2>Accuracy against bit-width</h2>
+{_img(accuracy_png, "metric against bits per weight, one panel per model")}
+{_table_html(evaluation_rows(document))}
+<h2>Not applicable</h2>
+{_table_html(document["not_applicable"])}
+<h2>Latency and size against bit-width</h2>
+{_img(latency_png, "host latency and build size against bits per weight")}
+{_table_html(build_rows(document))}
+<h2>What fits where</h2>
+<p>{html.escape(budget_note(document))}</p>
+{_table_html(budget_rows(document))}
+"""
+
+
+def render_html(document: dict, accuracy_png: bytes | None, latency_png: bytes | None,
+                user_pngs: dict[str, bytes] | None = None) -> str:
     meta = document["meta"]
     cached = sum(r["source"] == "cache" for r in document["evaluations"])
     return f"""<!DOCTYPE html>
@@ -165,22 +210,19 @@ def render_html(document: dict, accuracy_png: bytes, latency_png: bytes) -> str:
 <p class="meta">Every figure was measured in this run or read from a cache entry whose key matches the current code
 and config ({cached} of {len(document['evaluations'])} scores from the cache; the "source" columns say which).
 Host latency is always measured in this run.</p>
-<h2>Models</h2>
-{_table_html(model_rows(document))}
-<h2>Accuracy against bit-width</h2>
-{_img(accuracy_png, "metric against bits per weight, one panel per model")}
-{_table_html(evaluation_rows(document))}
-<h2>Not applicable</h2>
-{_table_html(document["not_applicable"])}
-<h2>Latency and size against bit-width</h2>
-{_img(latency_png, "host latency and build size against bits per weight")}
-{_table_html(build_rows(document))}
-<h2>What fits where</h2>
-<p>{html.escape(budget_note(document))}</p>
-{_table_html(budget_rows(document))}
+{zoo_html(document, accuracy_png, latency_png)}
 {"<h2>Studies</h2>" + _table_html(study_rows(document)) if document.get("studies") else ""}
+{user_models_html(document, user_pngs or {})}
 </body></html>
 """
+
+
+def user_models_html(document: dict, pngs: dict[str, bytes]) -> str:
+    if not document.get("user_models"):
+        return ""
+    images = "".join(_img(png, f"agreement with float of {name}") for name, png in pngs.items())
+    return (f"<h2>Your models against float</h2><p>{html.escape(USER_MODELS_NOTE)}</p>{images}"
+            + _table_html(user_model_rows(document)))
 
 
 def write_report(out_dir: Path, sections: dict, meta: dict) -> Path:
@@ -188,12 +230,17 @@ def write_report(out_dir: Path, sections: dict, meta: dict) -> Path:
     check_output_dir(out_dir, REPORT_JSON)
     document = json_safe({"meta": meta, **sections})
     validate(document)
-    accuracy_png = metric_vs_bits_png(sections["models"], sections["evaluations"])
-    latency_png = latency_size_png(sections["models"], sections["builds"], sections["latency"])
+    zoo = bool(sections["models"])
+    accuracy_png = metric_vs_bits_png(sections["models"], sections["evaluations"]) if zoo else None
+    latency_png = latency_size_png(sections["models"], sections["builds"], sections["latency"]) if zoo else None
+    user_pngs = user_model_pngs(document)
     with staged_directory(out_dir, REPORT_JSON) as staging:
         (staging / REPORT_JSON).write_text(json.dumps(document, indent=2) + "\n")
         (staging / "report.md").write_text(render_markdown(document))
-        (staging / "accuracy_vs_bits.png").write_bytes(accuracy_png)
-        (staging / "latency_size.png").write_bytes(latency_png)
-        (staging / "index.html").write_text(render_html(document, accuracy_png, latency_png))
+        if zoo:
+            (staging / "accuracy_vs_bits.png").write_bytes(accuracy_png)
+            (staging / "latency_size.png").write_bytes(latency_png)
+        for name, png in user_pngs.items():
+            (staging / name).write_bytes(png)
+        (staging / "index.html").write_text(render_html(document, accuracy_png, latency_png, user_pngs))
     return out_dir / "index.html"

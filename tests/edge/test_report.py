@@ -105,6 +105,8 @@ def test_second_run_reads_the_cache(report):
     (["--deploy-params", "gpt=1e9"], "--deploy-params names unknown model 'gpt'"),
     (["--deploy-params", "lm=lots"], "must look like MODEL=COUNT"),
     (["--configs", "huge"], "'huge' is not one of 'report', 'default', 'tiny'"),
+    (["--model-file", "missing.onnx"], "model file 'missing.onnx' does not exist"),
+    (["--model-file", "model.tflite"], "model file 'model.tflite' must end in .onnx or .pt2"),
 ])
 def test_bad_names_are_refused_before_any_work(tmp_path, args, message):
     result = run("report", *args, "--cache-dir", tmp_path / "cache", "-o", tmp_path / "out")
@@ -172,3 +174,28 @@ def test_liftquant_is_left_out_of_models_with_convolutions():
     assert codable == ["fp32", "mxfp4"]
     assert [(r["model"], r["format"]) for r in skipped] == [("fluxnet", LIFTQUANT)]
     assert "Linear weights only" in skipped[0]["reason"] and "convolution" in skipped[0]["reason"]
+
+
+def test_a_report_of_your_own_model_file(tmp_path):
+    """--model-file alone: the file in each format against float in onnxruntime, with its plot; no zoo sections."""
+    import numpy as np
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.ReLU(), torch.nn.Linear(96, 10))
+    torch.onnx.export(model, (torch.randn(2, 64),), tmp_path / "mine.onnx", dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {0: "batch"}})
+    np.savez(tmp_path / "x.npz", x=np.random.default_rng(0).standard_normal((16, 64)).astype(np.float32))
+    result = run("report", "--model-file", f"{tmp_path / 'mine.onnx'}={tmp_path / 'x.npz'}", "--formats",
+                 "mxint8,mxfp4", "--targets", "host", "--cache-dir", tmp_path / "cache", "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    document = json.loads((tmp_path / "out" / "report.json").read_text())
+    validate(document)
+    rows = {r["format"]: r for r in document["user_models"]}
+    assert set(rows) == {"mxint8", "mxfp4"} and {r["layers"] for r in rows.values()} == {"2/2"}
+    assert rows["mxint8"]["cosine"] > 0.999 and rows["mxfp4"]["cosine"] < rows["mxint8"]["cosine"]
+    assert rows["mxint8"]["inputs"].endswith("x.npz") and document["models"] == []
+    files = {p.name for p in (tmp_path / "out").iterdir()}
+    assert "user_mine.png" in files and "accuracy_vs_bits.png" not in files
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "Your models against float" in page and "<h2>Models</h2>" not in page
