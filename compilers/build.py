@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 import shutil
 import subprocess
 from pathlib import Path
 
 import tvm
-import tvm_ffi
 from tvm import relax, tirx
 
-from .schedules import KERNEL_ATTR, schedule_conv2d_cpu, schedule_dense_cpu
+from .liftquant_kernels import GEMV_ATTR, has_avx512, specialize_cpu_gemv
+from .lower import lower
+from .schedules import KERNEL_ATTR, gpu_schedule, schedule_cpu_kernel
 
 NVCC = "nvcc"
 
@@ -25,8 +25,6 @@ def schedule(mod, device: str, target=None):
     kernels = {gv: func for gv, func in mod.functions_items()
                if isinstance(func, tirx.PrimFunc) and func.attrs and KERNEL_ATTR in func.attrs}
     if device == "cpu":
-        from .liftquant_kernels import GEMV_ATTR, has_avx512, specialize_cpu_gemv
-
         for gv, func in kernels.items():
             mod[gv] = schedule_cpu_kernel(func)
         if has_avx512(target):  # LiftQuant GEMVs were lowered before the target was known
@@ -38,53 +36,6 @@ def schedule(mod, device: str, target=None):
     for gv, func in kernels.items():
         mod[gv] = gpu_schedule(func, target).with_attr("tirx.is_scheduled", True)
     return mod
-
-
-def schedule_cpu_kernel(func):
-    """One decode kernel from ``lower`` with its CPU schedule, marked as scheduled."""
-    if func.attrs[KERNEL_ATTR] == "dense":
-        func = schedule_dense_cpu(func, int(func.attrs["edgekit.lanes"]), bool(func.attrs["edgekit.parallel"]))
-    else:
-        func = schedule_conv2d_cpu(func)
-    return func.with_attr("tirx.is_scheduled", True)
-
-
-def per_structure(schedule_fn):
-    """``schedule_fn(func, *args)`` run once per structurally equal ``func`` and ``args`` (TVM objects
-    such as targets are compared by structure too): a model's layers share a few shapes, and
-    dlight takes a fraction of a second per kernel. The last 256 results are kept."""
-
-    @functools.lru_cache(maxsize=256)
-    def keyed(*keys):
-        return schedule_fn(*(k.key if isinstance(k, tvm_ffi.StructuralKey) else k for k in keys))
-
-    @functools.wraps(schedule_fn)
-    def cached(*args):
-        return keyed(*(tvm_ffi.StructuralKey(a) if isinstance(a, tvm_ffi.Object) else a for a in args))
-
-    return cached
-
-
-@per_structure
-def gpu_schedule(func, target):
-    """The first of dlight's GPU rules that applies to ``func``; its fallback rule otherwise.
-
-    Some rules' analyses reject reads that span several bytes (FP6 code groups), so a rule
-    that raises counts as one that does not apply.
-    """
-    from tvm.s_tir import dlight as dl
-
-    for rule in (dl.gpu.GEMV(), dl.gpu.Matmul(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(),
-                 dl.gpu.Fallback()):
-        try:
-            with target:
-                sch = rule.apply(func, target, False)
-        except (AssertionError, tvm.error.InternalError, ValueError):
-            continue
-        if sch is not None:
-            return (sch[0] if isinstance(sch, list) else sch).mod["main"]
-    shapes = [list(func.buffer_map[p].shape) for p in func.params if p in func.buffer_map]
-    raise ValueError(f"no GPU schedule applies to the kernel with buffers of shapes {shapes}")
 
 
 def build(mod, target):
@@ -168,8 +119,6 @@ def run(executable, inputs, device=None) -> list:
 
 def compile_for_cpu(imported, plan, target=None):
     """import -> lower -> schedule -> build for this CPU: the chain the tests and benchmarks run."""
-    from .lower import lower
-
     target = target or tvm.target.Target({"kind": "llvm"})
     lowered = lower(imported, plan, "cpu")
     return build(schedule(lowered.mod, "cpu", target), target), lowered

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import describe_error
+from .onnx_graph import read_onnx, weight_sites
+
 
 @dataclass
 class ImportedModel:
@@ -128,7 +131,6 @@ def import_onnx(model, sites: dict | None = None, max_batch: int | None = None) 
     import onnx
     from tvm.relax.frontend.onnx import from_onnx
 
-    from .onnx_graph import read_onnx, weight_sites
 
     if not isinstance(model, onnx.ModelProto):
         model = read_onnx(model)
@@ -152,10 +154,3 @@ def import_onnx(model, sites: dict | None = None, max_batch: int | None = None) 
     symbolic = any(isinstance(d, str) for i in inputs for d in i["shape"])
     return ImportedModel(bound_batch(mod, max_batch if symbolic else None), params, layers, inputs, outputs, "onnx",
                          check_max_batch(max_batch) if symbolic else None)
-
-
-
-def describe_error(err: BaseException) -> str:
-    """``Type: first line of the message``: what a library's exception says, in one line."""
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"

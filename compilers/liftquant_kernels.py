@@ -43,8 +43,7 @@ from edgekit.simulators.formats import LiftQuantFormat, get_liftquant_format
 from edgekit.simulators.liftquant import LiftQuantTensor
 from edgekit.simulators.liftquant_layout import row_bytes
 
-from .build import gpu_schedule, per_structure
-from .schedules import add_kernel
+from .schedules import add_kernel, gpu_schedule, per_structure
 from .tir_decode import scale_value, u32
 
 BYTE_BITS = 8

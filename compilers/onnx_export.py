@@ -52,7 +52,7 @@ from edgekit.simulators.files import atomic_write
 from edgekit.simulators.liftquant import codebook_bytes
 from edgekit.simulators.liftquant import quantize as liftquant_quantize
 
-from .importer import describe_error
+from .errors import describe_error
 from .liftquant_onnx import liftquant_weight_nodes
 from .onnx_graph import WeightSite
 from .onnx_nodes import PREFIX, DecodeBuilder, stack_last

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from .importer import describe_error
+from .errors import describe_error
 
 PASS_THROUGH = ("Transpose", "Cast", "Identity")  # ops between an initializer and the op that reads it
 WEIGHT_SLOTS = {"MatMul": 1, "Gemm": 1, "Conv": 1}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import onnx
 
-from .importer import describe_error
+from .errors import describe_error
 
 OPSET = 18
 

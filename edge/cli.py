@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -13,9 +12,10 @@ import click
 from . import __version__
 from .fl_cli import fl
 from .fuzzeval_cli import fuzzeval
+from .job_runner import clear_errors, run_job
 from .lab_cli import lab
 from .nemo_cli import nemo
-from .output import OUTPUT_FORMATS, markdown_table, write_result
+from .output import OUTPUT_FORMATS, markdown_table, resolve_output_format, write_result
 
 
 class FormatName(click.ParamType):
@@ -73,13 +73,6 @@ def output_options(default_name: str):
     return wrap
 
 
-def resolve_output_format(path: Path | None, output_format: str | None) -> str:
-    if output_format:
-        return output_format
-    suffix = path.suffix.lstrip(".").lower() if path else ""
-    return suffix if suffix in OUTPUT_FORMATS else "json"
-
-
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="edgekit")
 def main():
@@ -127,21 +120,6 @@ def targets(specs, output, output_format):
 
         path = write_result(output, resolve_output_format(output, output_format), {"targets": rows}, provenance(), text)
         click.echo(f"wrote {path}", err=True)
-
-
-@contextmanager
-def clear_errors():
-    """A job's ValueErrors become one clear CLI error line, exit code 1."""
-    try:
-        yield
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
-
-
-def run_job(job, *args, **kwargs):
-    """Run a job that logs progress lines to stderr, with :func:`clear_errors`."""
-    with clear_errors():
-        return job(*args, log=lambda msg: click.echo(msg, err=True), **kwargs)
 
 
 def _use_cache_dir(ctx, param, value):

@@ -58,3 +58,10 @@ def write_result(path, output_format: str, sections: dict[str, list[dict]], meta
     else:
         text = markdown + "\n"
     return atomic_write(path, text)
+
+
+def resolve_output_format(path: Path | None, output_format: str | None) -> str:
+    if output_format:
+        return output_format
+    suffix = path.suffix.lstrip(".").lower() if path else ""
+    return suffix if suffix in OUTPUT_FORMATS else "json"

@@ -62,7 +62,8 @@ def quantize(model, method, bits, budget, target, configs, group_size, calibrati
     A model file is calibrated on --inputs with onnxruntime and not fine-tuned; it is scored
     by the cosine similarity of its output to float.
     """
-    from .cli import resolve_output_format, run_job
+    from .job_runner import run_job
+    from .output import resolve_output_format
     from .quantize_job import result_rows, run_quantize
 
     result = run_job(run_quantize, model, bits=bits, budget=budget, target=target, candidates=configs,
