@@ -142,8 +142,8 @@ def float_baseline_cases(w: np.ndarray, x: np.ndarray, threads: int, tmp: Path) 
 def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]:
     import tvm
 
-    from edgekit.compilers.build import schedule_cpu_kernel
     from edgekit.compilers.lower import choose_layout, dense_function, weight_constants
+    from edgekit.compilers.schedules import schedule_cpu_kernel
     from edgekit.simulators import dequantize, quantize
     from edgekit.targets import tvm_target
 

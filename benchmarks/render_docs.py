@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-BLOCK = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.S)
+BLOCK = re.compile(r"(<!-- results: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end results -->)", re.DOTALL)
 
 
 def load(name: str) -> dict:
@@ -111,8 +111,8 @@ def render_user_models() -> str:
     return "\n\n".join([
         source_line("user_models.json", data["meta"]),
         table(header, rows),
-        f"One build for any batch has a price at batch 1 in convolutions: ResNet-18's {any_batch} build took "
-        f"{any_ms:.1f} ms against {one_ms:.1f} ms for its batch-1 build ({any_ms / one_ms:.2f}x, interleaved medians).",
+        (f"One build for any batch has a price at batch 1 in convolutions: ResNet-18's {any_batch} build took "
+         f"{any_ms:.1f} ms against {one_ms:.1f} ms for its batch-1 build ({any_ms / one_ms:.2f}x, interleaved medians)."),
     ])
 
 
