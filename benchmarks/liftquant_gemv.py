@@ -111,15 +111,19 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--codes", type=Path, default=None,
                         help="reuse the encoded weight in this .npz if it exists, else write it there")
+    parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/liftquant_gemv.json"))
     args = parser.parse_args()
+    from edgekit.provenance import provenance, require_clean_tree
+
+    require_clean_tree(args.allow_dirty)
+    before = provenance(args.seed, threads=args.threads)  # the load average before the run
     tvm_threads, note = configure_tvm_threads(args.threads)
     if note:
         print(f"warning: {note}", flush=True)
     import torch
 
     from edgekit.output import atomic_write, json_safe, markdown_table
-    from edgekit.provenance import provenance
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="bench-liftquant-") as tmp:
@@ -129,9 +133,8 @@ def main():
     text = (f"### LiftQuant GEMV {args.n}x{args.k} ({info['format']}, {info['bits_per_weight']:.3f} bits/weight), "
             f"batch 1, {args.threads} threads, {args.rounds} rounds\n\n" + markdown_table(rows))
     print(text)
-    meta = {**provenance(args.seed), "command": " ".join(["python", *sys.argv]), "n": args.n, "k": args.k,
-            "threads": args.threads, "tvm_threads": tvm_threads, "rounds": args.rounds,
-            "load_average": list(__import__("os").getloadavg())}
+    meta = {**before, "command": " ".join(["python", *sys.argv]), "n": args.n, "k": args.k,
+            "tvm_threads": tvm_threads, "rounds": args.rounds, "load_average_after": provenance()["cpu"]["load_average"]}
     samples = [{"backend": c.name, "calls_per_sample": c.number, "samples_ms": [1e3 * s for s in c.samples]}
                for c in timed]
     atomic_write(args.output, json.dumps(json_safe({"meta": meta, "layer": info, "gemv": rows, "samples": samples}),

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from edgekit.provenance import provenance, require_clean_tree
+from edgekit.simulators.files import atomic_write
 from edgekit.simulators.formats import LIFTQUANT_FORMATS
 from edgekit.simulators.liftquant import quantize
 from edgekit.simulators.liftquant_codebooks import load_codebook
@@ -97,9 +99,11 @@ def main() -> None:
                         help="time fast+local on this many rows of the layer and scale (default: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--configs", nargs="*", default=list(LIFTQUANT_FORMATS))
+    parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/liftquant_search.json"))
     args = parser.parse_args()
-    load_before = os.getloadavg()
+    require_clean_tree(args.allow_dirty)
+    meta = {"command": "python " + " ".join(sys.argv), **provenance(args.seed, threads=thread_count())}
     rows = []
     for name in args.configs:
         rows.append(measure(name, args.samples, args.seed))
@@ -111,10 +115,9 @@ def main() -> None:
              "runs": [time_layer(w, "slices", args.layer),
                       time_layer(w, "fast+local", min(args.layer_rows or args.layer, args.layer))]}
     print(json.dumps(layer), flush=True)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"configs": rows, "layer": layer, "threads": thread_count(),
-                                       "samples": args.samples, "seed": args.seed,
-                                       "load_average_before_after": [load_before, os.getloadavg()]}, indent=2) + "\n")
+    meta["load_average_after"] = provenance()["cpu"]["load_average"]
+    atomic_write(args.output, json.dumps({"meta": meta, "configs": rows, "layer": layer, "samples": args.samples},
+                                         indent=2) + "\n")
     print(f"wrote {args.output}")
 
 
