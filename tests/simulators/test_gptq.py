@@ -32,7 +32,7 @@ def problem(rows=32, width=256, seed=0):
 def test_gptq_output_error_below_rtn(name):
     w, x = problem()
     grid = grid_named(name)
-    err = lambda q: np.linalg.norm(x @ (w - q).T)  # noqa: E731
+    err = lambda q: np.linalg.norm(x @ (w - q).T)
     assert err(gptq(w, calibration_gram(x, w.shape[1]), grid)) < 0.85 * err(rtn(w, grid))
 
 
@@ -102,7 +102,7 @@ def test_rotation_and_scales_are_undone():
     q = quantize_layer(w, gram, grid_named("int4_g64"), method="rtn", scales=m, rotation=Incoherence(128, 0))
     assert np.linalg.norm(q - w) < 0.15 * np.linalg.norm(w)
     g = quantize_layer(w, gram, grid_named("int4_g64"), method="gptq", scales=m, rotation=Incoherence(128, 0))
-    err = lambda a: np.linalg.norm(x @ (w - a).T)  # noqa: E731
+    err = lambda a: np.linalg.norm(x @ (w - a).T)
     assert err(g) < err(q)
 
 
