@@ -22,8 +22,9 @@ The held-out data is cut in two, a validation half and a test half (the LM: the 
 the second half of its validation bytes, seeded random windows in each; digits: a seeded
 half of its held-out split each). GPTQ's damping (0.01 or 0.1) is chosen per point on the
 validation half, and the best configuration of each method within a budget on the
-validation means; the test half of every point is scored once. Intervals are 95%
-t-intervals over the seeds (``seed_stats.interval``). Each point is saved as it finishes
+validation means; the test half of every point is scored once. Figures are each point's
+excess over fp32 on the same held-out samples (paired by seed), with 95% t-intervals over
+the seeds (``seed_stats.interval``). Each point is saved as it finishes
 and a rerun with the same output skips the points already there.
 """
 
@@ -56,13 +57,15 @@ from edgekit.simulators.liftquant import codebook_bytes, output_error
 from edgekit.simulators.liftquant import quantize as liftquant
 
 MODELS = {"lm": ["width=128", "layers=3", "heads=2", "mlp=384", "seq_len=128", "steps=600"], "digits": []}
-METRIC = {"lm": "perplexity", "digits": "cross_entropy"}  # what is chosen on and reported; lower is better
+# what is chosen on and reported, lower is better: nats per byte (LM) or per sample (digits); an excess
+# of c nats over fp32 is a perplexity ratio of exp(c)
+METRIC = {"lm": "cross_entropy", "digits": "cross_entropy"}
 GRIDS = [f"int{b}_g{g}" for b in gq.INT_BITS for g in (64, 128)] + list(gq.MX_FORMATS)
 LIFTQUANT = ["16to8", "22to10", "24to10", "20to8", "22to8", "12to4", "20to6", "14to4", "15to4", "16to4"]
 DAMPS = (0.01, 0.1)
 BUDGETS = (2.75, 3.0, 4.0)
 CALIBRATION_BATCHES = 8
-LM_WINDOWS = 128  # per half and seed
+LM_WINDOWS = 256  # per half and seed
 MAX_GROUP = 128
 
 
@@ -179,38 +182,54 @@ def run_point(task: Task, stats, data, method: str, config: str, scaling: bool, 
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Per model and point: bits, validation mean and test interval over seeds; per budget, each method's
-    point with the best validation mean among those that fit."""
+    """Per model and point: bits, and over seeds the test metric and its excess over fp32 on the same
+    held-out samples (paired, which removes the spread between the seeds' samples); per budget, each
+    method's point with the best validation mean among those that fit, and LiftQuant's paired
+    difference to the others' choices."""
+    fp32 = {(r["model"], r["seed"]): r for r in rows if r["method"] == "fp32"}
     points = {}
     for r in rows:
-        if r["method"] == "fp32":
-            continue
-        key = (r["model"], r["method"], r["config"], r["scaling"])
-        points.setdefault(key, []).append(r)
+        if r["method"] != "fp32":
+            points.setdefault((r["model"], r["method"], r["config"], r["scaling"]), []).append(r)
     table = []
     for (model, method, config, scaling), rs in sorted(points.items()):
-        metric = METRIC[model]
+        metric, rs = METRIC[model], sorted(rs, key=lambda r: r["seed"])
+        base = [fp32[model, r["seed"]] for r in rs]
         entry = {"model": model, "method": method, "config": config, "scaling": scaling,
                  "bits_per_weight": float(np.mean([r["bits_per_weight"] for r in rs])),
-                 "seeds": sorted(r["seed"] for r in rs),
-                 "validation": float(np.mean([r["validation"][metric] for r in rs])),
-                 "test": interval([r["test"][metric] for r in sorted(rs, key=lambda r: r["seed"])])}
+                 "seeds": [r["seed"] for r in rs],
+                 "validation_above_fp32": float(np.mean([r["validation"][metric] - b["validation"][metric]
+                                                         for r, b in zip(rs, base, strict=True)])),
+                 "test": interval([r["test"][metric] for r in rs]),
+                 "test_above_fp32": interval([r["test"][metric] - b["test"][metric]
+                                              for r, b in zip(rs, base, strict=True)])}
+        if method == "gptq":
+            entry["damp_chosen"] = [r["damp"] for r in rs]
         if model == "digits":
-            entry["test_accuracy"] = interval([r["test"]["accuracy"] for r in sorted(rs, key=lambda r: r["seed"])])
+            entry["test_accuracy"] = interval([r["test"]["accuracy"] for r in rs])
         table.append(entry)
     budgets = []
     for model in sorted({e["model"] for e in table}):
         for budget in BUDGETS:
+            chosen = {}
             for method in ("rtn", "gptq", "liftquant"):
                 fits = [e for e in table if e["model"] == model and e["method"] == method
                         and e["bits_per_weight"] <= budget]
-                best = min(fits, key=lambda e: e["validation"]) if fits else None
-                budgets.append({"model": model, "budget_bits": budget, "method": method,
-                                "choice": None if best is None else {k: best[k] for k in (
-                                    "config", "scaling", "bits_per_weight", "validation", "test")}})
-    fp32 = {m: interval([r["test"][METRIC[m]] for r in sorted(rows, key=lambda r: r["seed"])
-                         if r["model"] == m and r["method"] == "fp32"]) for m in {r["model"] for r in rows}}
-    return {"metric": METRIC, "fp32_test": fp32, "points": table, "budgets": budgets}
+                if fits:
+                    chosen[method] = min(fits, key=lambda e: e["validation_above_fp32"])
+            row = {"model": model, "budget_bits": budget,
+                   "choices": {m: {k: e[k] for k in ("config", "scaling", "bits_per_weight", "validation_above_fp32",
+                                                     "test", "test_above_fp32")} for m, e in chosen.items()}}
+            if "liftquant" in chosen:
+                lift = chosen["liftquant"]["test_above_fp32"]["values"]
+                for other in ("rtn", "gptq"):
+                    if other in chosen:
+                        row[f"liftquant_minus_{other}"] = interval(
+                            np.subtract(lift, chosen[other]["test_above_fp32"]["values"]))
+            budgets.append(row)
+    fp32_test = {m: interval([fp32[k]["test"][METRIC[m]] for k in sorted(fp32) if k[0] == m])
+                 for m in sorted({k[0] for k in fp32})}
+    return {"metric": METRIC, "fp32_test": fp32_test, "points": table, "budgets": budgets}
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -227,23 +246,23 @@ def plot(summary: dict, path: Path) -> None:
         for method, color in colors.items():
             for scaling in (False, True):
                 sel = [e for e in pts if e["method"] == method and e["scaling"] == scaling]
-                ax.errorbar([e["bits_per_weight"] for e in sel], [e["test"]["mean"] for e in sel],
-                            yerr=[e["test"]["ci95"] for e in sel], fmt="o", color=color, capsize=2,
+                ax.errorbar([e["bits_per_weight"] for e in sel], [e["test_above_fp32"]["mean"] for e in sel],
+                            yerr=[e["test_above_fp32"]["ci95"] for e in sel], fmt="o", color=color, capsize=2,
                             markerfacecolor=color if scaling else "white",
                             label=f"{method}{' + AWQ scaling' if scaling else ''}")
             front, best = [], math.inf  # the method's Pareto front: no point of it fewer bits and lower error
             for e in sorted((e for e in pts if e["method"] == method), key=lambda e: e["bits_per_weight"]):
-                if e["test"]["mean"] < best:
-                    best = e["test"]["mean"]
+                if e["test_above_fp32"]["mean"] < best:
+                    best = e["test_above_fp32"]["mean"]
                     front.append((e["bits_per_weight"], best))
             if front:
                 ax.step(*zip(*front), where="post", color=color, alpha=0.6)
-        ax.axhline(summary["fp32_test"][model]["mean"], color="black", linestyle=":", label="fp32")
+        ax.axhline(0.0, color="black", linestyle=":", label="fp32")
         for b in BUDGETS:
             ax.axvline(b, color="green", linestyle="--", alpha=0.3)
         ax.set_xlabel("bits per weight (codes, scales, multipliers, codebooks, rotation data)")
-        ax.set_ylabel(f"test {summary['metric'][model]} (mean of seeds, 95% interval)")
-        ax.set_yscale("log")
+        ax.set_ylabel(f"test {summary['metric'][model]} above fp32 (paired; mean, 95% interval)")
+        ax.set_yscale("symlog", linthresh=1e-2)
         ax.set_title(f"{model}: accuracy vs stored bits (budgets dashed)")
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -311,11 +330,10 @@ def main() -> None:
     save()
     plot(result["summary"], args.output.with_suffix(".png"))
     for b in result["summary"]["budgets"]:
-        c = b["choice"]
-        print(f"{b['model']:6s} <= {b['budget_bits']} bits  {b['method']:9s} " + (
-            "nothing fits" if c is None else f"{c['config']:9s} scaling={c['scaling']!s:5s} "
-            f"{c['bits_per_weight']:.3f} bits  test {c['test']['mean']:.4f} +- {c['test']['ci95']:.4f}"))
-
+        for method, c in b["choices"].items():
+            print(f"{b['model']:6s} <= {b['budget_bits']} bits  {method:9s} {c['config']:9s} scaling={c['scaling']!s:5s} "
+                  f"{c['bits_per_weight']:.3f} bits  test above fp32 {c['test_above_fp32']['mean']:+.4f} "
+                  f"+- {c['test_above_fp32']['ci95']:.4f}")
 
 if __name__ == "__main__":
     main()
