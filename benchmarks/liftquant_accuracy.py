@@ -15,7 +15,8 @@ config unless ``--config`` overrides it; the first call trains it) is quantized 
 * MXFP4, MXINT4, NVFP4, and round-to-nearest INT2 / INT3 (asymmetric, one float16 scale
   and one float16 zero point per group of 64 inputs, the clipping ratio per group chosen
   from 1.0 down to 0.5 for the lowest squared error), all after the same incoherence
-  rotation of each weight's input axis.
+  rotation of each weight's input axis. Only LiftQuant gets input multipliers from the
+  calibration here; ``gptq_liftquant.py`` gives them to every method, beside GPTQ.
 
 Bits per weight count every stored byte: codes, scales, zero points, codebooks and
 rotation side data. Each point is appended to the JSON as it finishes and a rerun skips
@@ -38,6 +39,7 @@ from edgekit.models import lm, registry
 from edgekit.quantize_job import calibrate, linear_layers, quantize_model, quantize_units
 from edgekit.simulators import get_format, quantize_dequantize
 from edgekit.simulators import quantize as block_quantize
+from edgekit.simulators.gptq import IntGrid, rtn
 from edgekit.simulators.incoherence import Incoherence
 from edgekit.simulators.liftquant import codebook_bytes
 
@@ -50,22 +52,7 @@ RTN_GROUP = 64
 
 def rtn_group(w: np.ndarray, bits: int, group: int) -> np.ndarray:
     """Asymmetric round-to-nearest per group along axis 1, float16 scale and zero, clipping searched."""
-    rows, cols = w.shape
-    g = w.reshape(rows, cols // group, group).astype(np.float64)
-    levels = (1 << bits) - 1
-    best, best_err = None, None
-    for ratio in np.linspace(1.0, 0.5, 11):
-        lo, hi = g.min(-1, keepdims=True) * ratio, g.max(-1, keepdims=True) * ratio
-        scale = np.maximum((hi - lo) / levels, 1e-12).astype(np.float16).astype(np.float64)
-        zero = lo.astype(np.float16).astype(np.float64)
-        q = np.clip(np.rint((g - zero) / scale), 0, levels) * scale + zero
-        err = ((q - g) ** 2).sum(-1, keepdims=True)
-        if best is None:
-            best, best_err = q, err
-        else:
-            better = err < best_err
-            best, best_err = np.where(better, q, best), np.where(better, err, best_err)
-    return best.reshape(rows, cols)
+    return rtn(w, IntGrid(bits, group))
 
 
 def rotated(model, fn) -> torch.nn.Module:

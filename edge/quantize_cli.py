@@ -1,4 +1,4 @@
-"""The ``edgekit quantize`` command: LiftQuant a model to a bit-width, a size, or a target's memory."""
+"""The ``edgekit quantize`` command: LiftQuant (or GPTQ) a model to a bit-width, a size, or a target's memory."""
 
 from __future__ import annotations
 
@@ -28,8 +28,15 @@ class ConfigList(click.ParamType):
 
 @click.command(name="quantize")
 @click.argument("model", metavar="MODEL")
-@click.option("--method", type=click.Choice(["liftquant"]), default="liftquant", show_default=True,
-              help="Quantization method.")
+@click.option("--method", type=click.Choice(["liftquant", "gptq"]), default="liftquant", show_default=True,
+              help="liftquant: a knapsack of LiftQuant configurations; gptq: GPTQ on the INT or MX grid that "
+                   "stores the most bytes within the request.")
+@click.option("--grids", default=None, help="GPTQ: grids to choose from, e.g. int4_g128,int3_g64,mxfp4 "
+              "(default: INT2/3/4 at groups of 64 and 128, MXINT4, MXFP4).")
+@click.option("--input-scaling/--no-input-scaling", default=True, show_default=True,
+              help="GPTQ: activation-aware input multipliers (LiftQuant always chooses them).")
+@click.option("--damp", type=click.FloatRange(0, min_open=True), default=0.01, show_default=True,
+              help="GPTQ: Hessian damping, a fraction of its mean diagonal.")
 @click.option("--bits", type=float, default=None, help="Bits per quantized weight, scales and codebooks included.")
 @click.option("--budget", default=None, help="Size of the whole model, e.g. 300MB, 1.5GiB (float parts included).")
 @click.option("--target", default=None, help="A target from `edgekit targets`: its memory is the ceiling.")
@@ -52,8 +59,8 @@ class ConfigList(click.ParamType):
               show_default=True, help="Where to write the choice and the achieved figures.")
 @click.option("--output-format", type=click.Choice(OUTPUT_FORMATS), default=None,
               help="File format of --output (default: from its suffix, else json).")
-def quantize(model, method, bits, budget, target, configs, group_size, calibration_batches, finetune_steps, seed,
-             save, codes, inputs, output, output_format):
+def quantize(model, method, grids, input_scaling, damp, bits, budget, target, configs, group_size, calibration_batches,
+             finetune_steps, seed, save, codes, inputs, output, output_format):
     """Quantize MODEL (registered name, checkpoint, .onnx or .pt2) with LiftQuant to --bits, --budget or --target.
 
     A knapsack over layer sensitivity and bytes picks one configuration per Linear layer so
@@ -61,6 +68,9 @@ def quantize(model, method, bits, budget, target, configs, group_size, calibrati
     target's memory is a ceiling. Prints and saves the per-layer choice and the totals.
     A model file is calibrated on --inputs with onnxruntime and not fine-tuned; it is scored
     by the cosine similarity of its output to float.
+
+    --method gptq quantizes every Linear layer of a zoo model with GPTQ on one grid: the
+    candidate (--grids) that stores the most bytes within the request.
     """
     from .job_runner import run_job
     from .output import resolve_output_format
@@ -68,16 +78,19 @@ def quantize(model, method, bits, budget, target, configs, group_size, calibrati
 
     result = run_job(run_quantize, model, bits=bits, budget=budget, target=target, candidates=configs,
                      group_size=group_size, calibration_batches=calibration_batches, finetune_steps=finetune_steps,
-                     seed=seed, save=save, codes=codes, inputs=inputs)
+                     seed=seed, save=save, codes=codes, inputs=inputs, method=method, damp=damp,
+                     grids=[g.strip() for g in grids.split(",") if g.strip()] if grids else None,
+                     input_scaling=input_scaling)
     totals = result["totals"]
+    label = "LiftQuant" if method == "liftquant" else f"GPTQ {result['settings']['grid']}"
     text = markdown_table(result_rows(result))
     asked = (f"{bits} bits/weight" if bits is not None else
              f"{totals['requested_bytes']} bytes" + (f" ({target} memory, a ceiling)" if target else ""))
     text += (f"\n\nasked {asked}; achieved {totals['bits_per_weight']:.4f} bits/weight, "
-             f"{totals['quantized_bytes']} bytes of LiftQuant weights ({totals['codebook_bytes']} of codebooks) "
+             f"{totals['quantized_bytes']} bytes of {label} weights ({totals['codebook_bytes']} of codebooks) "
              f"+ {totals['float_bytes']} float bytes = {totals['model_bytes']} bytes\n"
              f"{result['metric']}: float {result['float'][result['metric']]:.4f}, "
-             f"LiftQuant {result['quantized'][result['metric']]:.4f}")
+             f"{label} {result['quantized'][result['metric']]:.4f}")
     click.echo(text)
     path = write_result(output, resolve_output_format(output, output_format),
                         {"layers": result["layers"], "totals": [totals], "result": [result]}, provenance(seed), text)
