@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from edgekit.simulators import gptq as gq
 from edgekit.simulators.incoherence import Incoherence
 from edgekit.simulators.liftquant import output_error
 
-from .quantize_job import ALPHAS, calibrate, float_bytes, linear_layers
+from .quantize_job import ALPHAS, calibrate, float_bytes, linear_layers, requested_bytes
 
 GRIDS = [f"int{b}_g{g}" for b in gq.INT_BITS for g in (64, 128)] + list(gq.MX_FORMATS)
 
@@ -120,3 +121,38 @@ def quantize_gptq(entry, config, model: nn.Module, *, bits: float | None = None,
                            "input_scaling": scaling, "damp": damp, "calibration_batches": calibration_batches,
                            "seed": seed}}
     return result, qmodel
+
+
+def run_gptq(model: str, *, bits: float | None = None, budget: str | None = None, target: str | None = None,
+             candidates=None, group_size=None, codes=None, inputs=None, grids: list[str] | None = None,
+             input_scaling: bool = True, damp: float = 0.01, calibration_batches: int = 8, seed: int = 0,
+             save: Path | None = None, cache_dir=None, log: Callable[[str], None] = print) -> dict:
+    """``edgekit quantize --method gptq``: a zoo model, every Linear layer on the grid that fits the request.
+
+    Options of LiftQuant (``candidates``, ``group_size``, ``codes``, model files) are refused by name.
+    """
+    from edgekit.models.registry import save_checkpoint
+
+    from .compile_job import GRAPH_SUFFIXES
+    from .model_jobs import resolve
+
+    budget_bytes = requested_bytes(bits, budget, target)
+
+    if Path(model).suffix.lower() in GRAPH_SUFFIXES or inputs:
+        raise ValueError("--method gptq calibrates a zoo model (name or checkpoint) on its training data; "
+                         "a model file (.onnx, .pt2) takes --method liftquant")
+    if candidates or group_size:
+        raise ValueError("--configs and --group-size choose LiftQuant configurations; GPTQ takes --grids "
+                         "(e.g. int4_g128,int3_g64,mxfp4)")
+    if codes:
+        raise ValueError("--codes writes LiftQuant's packed codes; with --method gptq use --save")
+    entry, config, module, _ = resolve(model, {}, cache_dir=cache_dir, log=log)
+    result, qmodel = quantize_gptq(entry, config, module, bits=bits, budget_bytes=budget_bytes, grids=grids,
+                                   scaling=input_scaling, damp=damp, calibration_batches=calibration_batches,
+                                   seed=seed, log=log)
+    result["model"] = entry.name
+    result["totals"]["target"] = target
+    if save:
+        save_checkpoint(save, entry.name, config, qmodel)
+        result["checkpoint"] = str(save)
+    return result

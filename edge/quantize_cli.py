@@ -72,15 +72,19 @@ def quantize(model, method, grids, input_scaling, damp, bits, budget, target, co
     --method gptq quantizes every Linear layer of a zoo model with GPTQ on one grid: the
     candidate (--grids) that stores the most bytes within the request.
     """
+    from .gptq_job import run_gptq
     from .job_runner import run_job
     from .output import resolve_output_format
     from .quantize_job import result_rows, run_quantize
 
-    result = run_job(run_quantize, model, bits=bits, budget=budget, target=target, candidates=configs,
-                     group_size=group_size, calibration_batches=calibration_batches, finetune_steps=finetune_steps,
-                     seed=seed, save=save, codes=codes, inputs=inputs, method=method, damp=damp,
-                     grids=[g.strip() for g in grids.split(",") if g.strip()] if grids else None,
-                     input_scaling=input_scaling)
+    grid_list = [g.strip() for g in grids.split(",") if g.strip()] if grids else None
+    options = {"bits": bits, "budget": budget, "target": target, "candidates": configs, "group_size": group_size,
+               "calibration_batches": calibration_batches, "seed": seed, "save": save, "codes": codes,
+               "inputs": inputs, "grids": grid_list}
+    if method == "gptq":
+        result = run_job(run_gptq, model, input_scaling=input_scaling, damp=damp, **options)
+    else:
+        result = run_job(run_quantize, model, finetune_steps=finetune_steps, **options)
     totals = result["totals"]
     label = "LiftQuant" if method == "liftquant" else f"GPTQ {result['settings']['grid']}"
     text = markdown_table(result_rows(result))

@@ -414,31 +414,29 @@ def quantize_graph(source, feeds: dict[str, np.ndarray], *, bits: float | None =
     return result, tensors
 
 
+def requested_bytes(bits: float | None, budget: str | None, target: str | None) -> int | None:
+    """The byte budget of exactly one of --bits (None: a bit-width), --budget or --target."""
+    if sum(x is not None for x in (bits, budget, target)) != 1:
+        raise ValueError("give exactly one of --bits, --budget or --target")
+    return parse_size(budget) if budget is not None else target_memory(target) if target else None
+
+
 def run_quantize(model: str, *, bits: float | None = None, budget: str | None = None, target: str | None = None,
                  candidates: list[str] | None = None, group_size: int | None = None, calibration_batches: int = 8,
                  finetune_steps: int = 200, seed: int = 0, save: Path | None = None, codes: Path | None = None,
-                 cache_dir=None, inputs: Path | None = None, method: str = "liftquant", grids: list[str] | None = None,
-                 input_scaling: bool = True, damp: float = 0.01, log: Callable[[str], None] = print) -> dict:
+                 cache_dir=None, inputs: Path | None = None, grids: list[str] | None = None,
+                 log: Callable[[str], None] = print) -> dict:
     """``edgekit quantize``: resolve MODEL, pick the request (bits, budget or target memory), run, save.
 
     MODEL as an ``.onnx`` or ``.pt2`` file is calibrated on ``inputs`` (an ``.npz`` keyed by
-    input name; default: drawn float inputs) and not fine-tuned. ``method="gptq"`` runs
-    :mod:`.gptq_job` on a zoo model instead (``grids``, ``input_scaling``, ``damp``).
+    input name; default: drawn float inputs) and not fine-tuned. GPTQ is :func:`.gptq_job.run_gptq`.
     """
     from edgekit.models.registry import save_checkpoint
 
     from .compile_job import GRAPH_SUFFIXES, resolve_model
     from .model_jobs import resolve
 
-    given = [x is not None for x in (bits, budget, target)]
-    if sum(given) != 1:
-        raise ValueError("give exactly one of --bits, --budget or --target")
-    budget_bytes = parse_size(budget) if budget is not None else target_memory(target) if target else None
-    if method == "gptq":
-        return _run_gptq(model, bits=bits, budget_bytes=budget_bytes, target=target, candidates=candidates,
-                         group_size=group_size, codes=codes, inputs=inputs, grids=grids, input_scaling=input_scaling,
-                         damp=damp, calibration_batches=calibration_batches, seed=seed, save=save,
-                         cache_dir=cache_dir, log=log)
+    budget_bytes = requested_bytes(bits, budget, target)
     if grids:
         raise ValueError("--grids chooses GPTQ grids; pass --method gptq, or --configs for LiftQuant")
     if Path(model).suffix.lower() in GRAPH_SUFFIXES:
@@ -475,34 +473,6 @@ def run_quantize(model: str, *, bits: float | None = None, budget: str | None = 
     if codes:
         save_tensors(codes, tensors)
         result["codes"] = str(codes)
-    return result
-
-
-def _run_gptq(model: str, *, bits, budget_bytes, target, candidates, group_size, codes, inputs, grids, input_scaling,
-              damp, calibration_batches, seed, save, cache_dir, log) -> dict:
-    from edgekit.models.registry import save_checkpoint
-
-    from .compile_job import GRAPH_SUFFIXES
-    from .gptq_job import quantize_gptq
-    from .model_jobs import resolve
-
-    if Path(model).suffix.lower() in GRAPH_SUFFIXES or inputs:
-        raise ValueError("--method gptq calibrates a zoo model (name or checkpoint) on its training data; "
-                         "a model file (.onnx, .pt2) takes --method liftquant")
-    if candidates or group_size:
-        raise ValueError("--configs and --group-size choose LiftQuant configurations; GPTQ takes --grids "
-                         "(e.g. int4_g128,int3_g64,mxfp4)")
-    if codes:
-        raise ValueError("--codes writes LiftQuant's packed codes; with --method gptq use --save")
-    entry, config, module, _ = resolve(model, {}, cache_dir=cache_dir, log=log)
-    result, qmodel = quantize_gptq(entry, config, module, bits=bits, budget_bytes=budget_bytes, grids=grids,
-                                   scaling=input_scaling, damp=damp, calibration_batches=calibration_batches,
-                                   seed=seed, log=log)
-    result["model"] = entry.name
-    result["totals"]["target"] = target
-    if save:
-        save_checkpoint(save, entry.name, config, qmodel)
-        result["checkpoint"] = str(save)
     return result
 
 
