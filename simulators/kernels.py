@@ -178,10 +178,13 @@ def encode_span(src, lut, B, bits, scale_kind, ek, sc, codes, scales, amax, inv,
         xs = src[c0 * B:(c0 + m) * B]
         out = codes[c0 * bpb:(c0 + m) * bpb]
         block_scales = scales[c0:c0 + m]
+        # The block length as a run-time value: with the constant, LLVM unrolls the inner loop and
+        # vectorizes across blocks with strided gathers (3x slower on AMD Zen 4 at 16 elements).
+        width = len(xs) // m
         for k in range(m):
             a = np.int32(0)
-            for j in range(B):
-                a = max(a, np.int32(load_bits(xs, lut, k * B + j) & 0x7FFFFFFF))
+            for j in range(width):
+                a = max(a, np.int32(load_bits(xs, lut, k * width + j) & 0x7FFFFFFF))
             amax[k] = a
         for k in range(m):
             block_scales[k], inv[k] = block_scale(np.int64(amax[k]), scale_kind, sc)
