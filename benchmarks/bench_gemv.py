@@ -1,7 +1,8 @@
 """Batch-1 GEMV and a small model, TVM decode kernels vs onnxruntime vs PyTorch, in one process (run by hand).
 
     python benchmarks/bench_gemv.py [--n 4096] [--k 4096] [--rounds 15] [--threads 2] [--sample-ms 30]
-                                    [--skip-model] [-o benchmarks/results/gemv.json]
+                                    [--liftquant 24to10] [--liftquant-codes FILE.npz] [--skip-model]
+                                    [-o benchmarks/results/gemv.json]
 
 Part 1, one ``n x k`` Linear layer at batch 1 (``y = x @ W.T``):
   * onnxruntime fp32 MatMul at ORT_ENABLE_BASIC and at its default level (ORT_ENABLE_ALL), and,
@@ -11,7 +12,12 @@ Part 1, one ``n x k`` Linear layer at batch 1 (``y = x @ W.T``):
     (``dense_kernel`` then ``schedule_dense_cpu``), the weight stored as packed codes and scales
     in the layout ``lower`` picks; each result is checked against NumPy
     ``x @ dequantize(quantize(W)).T`` (relative error < 1e-5) before anything is timed;
-  * PyTorch eager ``torch.nn.functional.linear``, fp32.
+  * PyTorch eager ``torch.nn.functional.linear``, fp32;
+  * each LiftQuant configuration of ``--liftquant`` on the same weight (the pipeline's rotation,
+    row scales and default search; the encode's time is recorded, ``--liftquant-codes`` keeps it
+    for the next run): the whole layer (the input rotation, then the fused decode-GEMV over the
+    ``bytes_major`` codes, ``cpu_gemv`` for this CPU) through the Relax VM, and the fused GEMV
+    alone on a rotated activation, to show what the rotation costs.
 Part 2, the ``digits`` MLP (trained here, seed 0) at batch 1: TVM builds of the fp32 and
 mxfp4 plans (edgekit's passes for the ``host`` target) vs onnxruntime on the float ONNX
 export (and, for reference, the mxfp4 ONNX graph and PyTorch eager).
@@ -35,6 +41,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,7 +146,10 @@ def float_baseline_cases(w: np.ndarray, x: np.ndarray, threads: int, tmp: Path) 
     return cases
 
 
-def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]:
+def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int, liftquant: list[str],
+               codes: Path | None = None) -> tuple[list[Case], list[dict]]:
+    """Every backend on one ``n x k`` weight: float baselines, each MX format and NVFP4, and each
+    LiftQuant configuration in ``liftquant``; with each LiftQuant encode's record."""
     import tvm
 
     from edgekit.compilers.lower import choose_layout, dense_function, weight_constants
@@ -172,7 +182,69 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int) -> list[Case]
                           f"time_evaluator, layout {layout or 'float'}, {lanes} lanes", err))
         print(f"built and checked tvm {fmt} ({layout or 'float'}, {lanes} lanes): relative error {err:.2e}",
               flush=True)
-    return cases
+    encodes = []
+    for fmt in liftquant:
+        lq_cases, info = liftquant_cases(w, x, fmt, codes if len(liftquant) == 1 else None)
+        cases += lq_cases
+        encodes.append(info)
+    return cases, encodes
+
+
+def liftquant_cases(w: np.ndarray, x: np.ndarray, fmt: str, codes: Path | None = None) -> tuple[list[Case], dict]:
+    """The LiftQuant layer (rotation + fused decode-GEMV) and its GEMV alone, each checked against
+    ``x @ W_hat.T``; with the encode's time, bits and error. ``codes`` keeps the encode for the next run."""
+    import tvm
+    from tvm import relax
+
+    from edgekit.compilers.liftquant_kernels import cpu_gemv, layer_kernels, layer_module
+    from edgekit.simulators.formats import get_liftquant_format
+    from edgekit.simulators.liftquant import load_tensors, quantize, save_tensors
+    from edgekit.targets import tvm_target
+
+    n, k = w.shape
+    if codes is not None and codes.is_file():  # the encode of an earlier run with the same seed and size
+        q, encode_s, encode_cpu_s = load_tensors(codes)["weight"], None, None
+        if q.shape != (n, k) or q.format.name != get_liftquant_format(fmt).name:
+            raise ValueError(f"{codes} holds a {q.shape} {q.format.name} weight, not {n}x{k} {fmt}")
+    else:
+        start, cpu = time.perf_counter(), time.process_time()
+        q = quantize(w, fmt)
+        encode_s, encode_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+        if codes is not None:
+            save_tensors(codes, {"weight": q})
+    w_hat = q.dequantize().astype(np.float64)
+    # CPU seconds too: on a shared machine the wall time counts other processes' work
+    info = {"format": q.format.name, "encode_seconds": None if encode_s is None else round(encode_s, 2),
+            "encode_cpu_seconds": None if encode_cpu_s is None else round(encode_cpu_s, 2),
+            "bits_per_weight": q.bits_per_weight, "stored_bytes": q.nbytes, "byte_counts": q.byte_counts,
+            "relative_weight_mse": float(((w_hat - w) ** 2).mean() / (w.astype(np.float64) ** 2).mean())}
+    print(f"{n}x{k} at {q.format.name}: {q.bits_per_weight:.4f} bits/weight, encoded in "
+          f"{'an earlier run' if encode_s is None else f'{encode_s:.1f} s'}", flush=True)
+    out = []
+    target = tvm_target("host")
+    ref = x.astype(np.float64) @ w_hat.T
+    vm = relax.VirtualMachine(tvm.compile(layer_module(q, "cpu", target), target=target), tvm.cpu())
+    args = [tvm.runtime.tensor(x)]
+    err = relative_error(vm["main"](*args).numpy(), ref)
+    if not err < MAX_REL_ERR:
+        raise AssertionError(f"TVM LiftQuant layer differs from x @ W_hat.T: relative error {err:.2e}")
+    out.append(Case(f"tvm {q.format.name} layer", q.format.name, q.bits_per_weight, q.nbytes + x.nbytes,
+                    tvm_timer(vm, "main", args), "time_evaluator, VM main: rotation + fused GEMV", err))
+
+    kernels = layer_kernels(q, "bytes_major")
+    gemv = cpu_gemv(q.format, n, q.chunks, q.group_size, 1, target)
+    lib = tvm.compile(tvm.IRModule({"main": gemv}), target=target)
+    xr = q.rotation.apply(x[0] * (q.input_scales if q.input_scales is not None else 1.0)).astype(np.float32)
+    xr = np.pad(xr, (0, kernels.padded - k))[None]
+    gemv_args = [tvm.runtime.tensor(a) for a in (xr, *kernels.gemv_args, np.zeros((1, n), np.float32))]
+    lib["main"](*gemv_args)
+    err = relative_error(gemv_args[-1].numpy(), ref)
+    if not err < MAX_REL_ERR:
+        raise AssertionError(f"TVM LiftQuant GEMV differs from x @ W_hat.T: relative error {err:.2e}")
+    out.append(Case(f"tvm {q.format.name} gemv only", q.format.name, q.bits_per_weight,
+                    sum(a.nbytes for a in kernels.gemv_args) + xr.nbytes, tvm_timer(lib.mod, "main", gemv_args),
+                    "time_evaluator, fused GEMV on a rotated x", err))
+    return out, info
 
 
 def model_cases(threads: int, tmp: Path, seed: int) -> list[Case]:
@@ -282,6 +354,10 @@ def main():
     parser.add_argument("--sample-ms", type=float, default=30.0, help="minimum length of one sample")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-model", action="store_true", help="only the GEMV part")
+    parser.add_argument("--liftquant", default="24to10",
+                        help="comma-separated LiftQuant configurations timed beside the MX formats ('' for none)")
+    parser.add_argument("--liftquant-codes", type=Path, default=None,
+                        help="keep the LiftQuant encode here and reuse it in the next run (one configuration)")
     parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/gemv.json"))
     args = parser.parse_args()
@@ -305,7 +381,8 @@ def main():
     torch.set_num_threads(args.threads)
     sample_s = args.sample_ms / 1e3
     with tempfile.TemporaryDirectory(prefix="bench-gemv-") as tmp:
-        gemv = gemv_cases(args.n, args.k, args.threads, Path(tmp), args.seed)
+        liftquant = [c.strip() for c in args.liftquant.split(",") if c.strip()]
+        gemv, encodes = gemv_cases(args.n, args.k, args.threads, Path(tmp), args.seed, liftquant, args.liftquant_codes)
         run_rounds(gemv, args.rounds, sample_s, "gemv")
         model = [] if args.skip_model else model_cases(args.threads, Path(tmp), args.seed)
         if model:
@@ -329,7 +406,7 @@ def main():
         return [{"backend": c.name, "format": c.fmt, "timing": c.timing, "calls_per_sample": c.number,
                  "samples_ms": [1e3 * s for s in c.samples]} for c in cases]
 
-    result = {"meta": meta, "gemv": gemv_rows, "model": model_rows,
+    result = {"meta": meta, "gemv": gemv_rows, "liftquant_encodes": encodes, "model": model_rows,
               "samples": {"gemv": samples(gemv), "model": samples(model)}}
     atomic_write(args.output, json.dumps(json_safe(result), indent=2) + "\n")
     print(f"wrote {args.output}")

@@ -127,6 +127,10 @@ def render_gemv() -> str:
         table(["backend", "bits/weight", "MiB read/call", "median (ms)", "min (ms)", "GB/s (median)",
                "x onnxruntime fp32"], gemv),
     ]
+    for enc in data.get("liftquant_encodes", []):
+        took = f"in {enc['encode_seconds']} s" if enc["encode_seconds"] is not None else "in an earlier run"
+        parts.append(f"{enc['format']}: {enc['bits_per_weight']:.3f} bits per weight stored, relative weight MSE "
+                     f"{enc['relative_weight_mse']:.4f}, encoded {took}.")
     if data["model"]:
         model = [[r["backend"], f"{r['bits/weight']:g}", f"{1e3 * r['median (ms)']:.1f}", f"{1e3 * r['min (ms)']:.1f}",
                   f"{r['x onnxruntime fp32']:.2f}"] for r in data["model"]]

@@ -19,12 +19,12 @@ BENCHMARKS = ROOT / "benchmarks"
 # script -> arguments that make it small (every run adds --allow-dirty and -o)
 TINY = {
     "bench_codecs.py": ["--log2n", "13", "--repeats", "1", "--skip-memory", "--isas", "native"],
-    "bench_gemv.py": ["--n", "256", "--k", "256", "--rounds", "7", "--sample-ms", "1", "--skip-model"],
+    "bench_gemv.py": ["--n", "256", "--k", "256", "--rounds", "7", "--sample-ms", "1", "--skip-model",
+                      "--liftquant", "16to8"],
     "comparison_oracle.py": ["--seeds", "0", "--trials", "5"],
     "gptq_liftquant.py": ["--seeds", "0", "--models", "digits", "--liftquant", "16to8", "--grids", "int4_g64"],
     "fuzzeval.py": ["--seeds", "0", "--problems", "3", "--candidates", "2", "--splits", "5"],
     "labbuilder.py": ["--seeds", "0", "--specs", "1", "--iterations", "20"],
-    "liftquant_gemv.py": ["--n", "256", "--k", "256", "--rounds", "7", "--sample-ms", "1"],
     "liftquant_search.py": ["--samples", "64", "--layer", "256", "--layer-rows", "16", "--configs", "16to8"],
     "nemo.py": ["--seeds", "0", "--per-family", "1", "--candidates", "1", "--max-rounds", "1"],
 }
