@@ -26,6 +26,9 @@ TINY = {
     "fuzzeval.py": ["--seeds", "0", "--problems", "3", "--candidates", "2", "--splits", "5"],
     "labbuilder.py": ["--seeds", "0", "--specs", "1", "--iterations", "20"],
     "liftquant_search.py": ["--samples", "64", "--layer", "256", "--layer-rows", "16", "--configs", "16to8"],
+    "mx_training.py": ["--seeds", "0", "--config", "steps=5", "width=64", "layers=1", "heads=1", "mlp=128",
+                       "seq_len=32", "batch=4", "warmup=2", "max_train_bytes=200000", "eval_windows=8",
+                       "schemes=bf16,mxint8"],
     "nemo.py": ["--seeds", "0", "--per-family", "1", "--candidates", "1", "--max-rounds", "1"],
 }
 # scripts whose smallest setting still trains for minutes, or that need what CI lacks
