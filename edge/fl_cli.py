@@ -86,6 +86,26 @@ def reject_foreign_options(ctx: click.Context, method: str) -> None:
                                      param_hint=param.get_error_hint(ctx))
 
 
+def tls_files(engine: str, superlink: str | None, ca: Path | None, cert: Path | None, key: Path | None):
+    """The local SuperLink's TLS files when all three are given, checked; None when none are."""
+    from edgekit.federated.tls import TLSFiles
+
+    given = {"--ssl-ca-certfile": ca, "--ssl-certfile": cert, "--ssl-keyfile": key}
+    if not any(given.values()):
+        return None
+    if engine != "deployment" or superlink is not None:
+        raise click.BadParameter("serve the local SuperLink of --engine deployment (without --superlink) over TLS",
+                                 param_hint="--ssl-ca-certfile/--ssl-certfile/--ssl-keyfile")
+    missing = [name for name, path in given.items() if path is None]
+    if missing:
+        raise click.BadParameter(f"TLS needs all three files; missing {', '.join(missing)}",
+                                 param_hint="--ssl-ca-certfile/--ssl-certfile/--ssl-keyfile")
+    try:
+        return TLSFiles(ca, cert, key).check()
+    except ValueError as err:
+        raise click.BadParameter(str(err), param_hint="--ssl-ca-certfile/--ssl-certfile/--ssl-keyfile") from None
+
+
 @click.group()
 def fl():
     """Train across weakly connected devices on Flower, over simulated links: DiLoCo, gossip DiLoCo,
@@ -154,6 +174,16 @@ def fl():
 @click.option("--superlink", default=None, metavar="HOST:PORT",
               help="deployment: submit to this running SuperLink (its SuperNodes on real machines) instead of "
                    "starting one with SuperNodes on 127.0.0.1.")
+@click.option("--root-certificates", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="deployment with --superlink: the CA certificate (PEM) to verify the SuperLink's TLS certificate "
+                   "against; without it the SuperLink must run --insecure.")
+@click.option("--ssl-ca-certfile", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="deployment on 127.0.0.1: serve the local SuperLink over TLS with this CA certificate and the two "
+                   "options below (the SuperNodes and flwr run trust the CA).")
+@click.option("--ssl-certfile", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="deployment on 127.0.0.1: the SuperLink's TLS certificate, signed by --ssl-ca-certfile.")
+@click.option("--ssl-keyfile", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="deployment on 127.0.0.1: the SuperLink's private key.")
 @click.option("--checkpoint", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Checkpoint file, rewritten every round; the same command resumes from it and ends as an "
                    "uninterrupted run would (ray, deployment: a path on the SuperLink's machine).")
@@ -167,7 +197,7 @@ def fl():
 def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixing, compression, bandwidth, latency,
         jitter, drop, outage, outage_period, device, efficiency, straggler, straggler_slowdown, deadline, seed,
         config_items, eval_every, graph, planetoid, noise, noise_rate, warmup, graph_method, tasks, budget, selection,
-        engine, superlink, checkpoint, threads, output):
+        engine, superlink, root_certificates, ssl_ca_certfile, ssl_certfile, ssl_keyfile, checkpoint, threads, output):
     """Train with METHOD across simulated edge devices; write a JSON + PNG report.
 
     diloco and gossip train the byte-level LM; fedrgl trains a GCN on a graph's Louvain
@@ -194,6 +224,9 @@ def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixin
         raise click.BadParameter(f"must be a client index below --clients {clients}, or -1", param_hint="--straggler")
     if superlink is not None and engine != "deployment":
         raise click.BadParameter("applies to --engine deployment only", param_hint="--superlink")
+    if root_certificates is not None and superlink is None:
+        raise click.BadParameter("verifies a running SuperLink: give --superlink too", param_hint="--root-certificates")
+    tls = tls_files(engine, superlink, ssl_ca_certfile, ssl_certfile, ssl_keyfile)
     reject_foreign_options(ctx, method)
     if rounds is None:
         rounds = (DEFAULT_ROUNDS_PER_TASK * max(len(split_tasks(tasks)), 1) if method == "rieselect"
@@ -227,7 +260,7 @@ def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixin
 
     try:
         sections = run_fl(settings, engine, output, checkpoint=checkpoint, superlink=superlink, on_round=on_round,
-                          log=lambda msg: click.echo(msg, err=True))
+                          log=lambda msg: click.echo(msg, err=True), tls=tls, root_certificates=root_certificates)
     except (ValueError, RuntimeError, FileNotFoundError) as err:
         raise click.ClickException(str(err)) from None
     finally:

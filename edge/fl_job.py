@@ -53,6 +53,7 @@ from edgekit.federated.network_grid import NetworkGrid, in_process_network
 from edgekit.federated.records import RoundRecord
 from edgekit.federated.rieselect import ContinualSettings, ContinualWorkload, run_continual
 from edgekit.federated.rieselect import register_client as register_continual_client
+from edgekit.federated.tls import TLSFiles
 from edgekit.federated.workload import Workload
 from edgekit.models import lm
 from edgekit.models.registry import make_config, parse_config_items
@@ -412,8 +413,12 @@ def run_inproc(settings: RunSettings, *, checkpoint: str | None = None,
 
 def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint: str | Path | None = None,
            superlink: str | None = None, on_round: Callable[[RoundRecord], None] | None = None,
-           log: Callable[[str], None] = print, timeout_s: float = RUN_TIMEOUT_S) -> dict | None:
+           log: Callable[[str], None] = print, timeout_s: float = RUN_TIMEOUT_S, tls: TLSFiles | None = None,
+           root_certificates: str | Path | None = None) -> dict | None:
     """Run ``settings`` on ``engine`` and write the report to ``output``; the report's sections.
+
+    ``tls``: the local deployment federation's SuperLink serves over TLS with these files;
+    ``root_certificates``: the CA that verifies a remote ``superlink``.
 
     ``superlink`` (``host:port``, deployment engine only) submits to a SuperLink that is
     already running, with its SuperNodes, on other machines; the ServerApp runs beside that
@@ -435,8 +440,8 @@ def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint
     remote = RunSettings.from_run_config({**settings.run_config(), "output": str(output),
                                           "checkpoint": str(Path(checkpoint).resolve()) if checkpoint else ""})
     output.unlink(missing_ok=True)
-    federation = (Federation(superlink) if superlink is not None
-                  else LocalFederation(settings.clients, simulation=engine == "ray"))
+    federation = (Federation(superlink, root_certificates=root_certificates) if superlink is not None
+                  else LocalFederation(settings.clients, simulation=engine == "ray", tls=tls))
     with tempfile.TemporaryDirectory(prefix="edgekit-fl-app-") as app_dir, federation:
         write_app(app_dir, "edgekit.fl_job:server_app", "edgekit.fl_job:client_app", remote.run_config())
         log(f"{engine}: submitting to the SuperLink at {federation.address}")

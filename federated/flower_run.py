@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -27,6 +28,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Self
+
+from .tls import TLSFiles
 
 APP_NAME = "edgekit-fl"
 CONNECTION = "edgekit-local"
@@ -105,8 +108,11 @@ class Federation:
     """A SuperLink at ``address`` (``host:port``) to submit runs to, named in a private ``FLWR_HOME``.
     Use as a context manager; :meth:`flwr_run` submits an app."""
 
-    def __init__(self, address: str, *, workdir: str | Path | None = None):
+    def __init__(self, address: str, *, workdir: str | Path | None = None, root_certificates: str | Path | None = None):
+        """``root_certificates``: the CA certificate (PEM) that ``flwr run`` verifies the SuperLink's
+        TLS certificate against; None talks to it without TLS."""
         self.address = address
+        self.root_certificates = Path(root_certificates).resolve() if root_certificates else None
         self._own_dir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="edgekit-flwr-"))
         self.flwr_home = self.workdir / "flwr-home"
@@ -116,9 +122,10 @@ class Federation:
 
     def __enter__(self) -> Self:
         self.flwr_home.mkdir(parents=True, exist_ok=True)
+        security = (f'root-certificates = "{self.root_certificates}"' if self.root_certificates else "insecure = true")
         (self.flwr_home / "config.toml").write_text(
             f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-            f'address = "{self.address}"\ninsecure = true\n')
+            f'address = "{self.address}"\n{security}\n')
         return self
 
     def __exit__(self, *exc) -> None:
@@ -162,11 +169,14 @@ class Federation:
 class LocalFederation(Federation):
     """A SuperLink on 127.0.0.1 with free ports and, for the deployment engine, ``nodes`` SuperNodes
     (node ``i`` gets ``partition-id=i``); ``simulation=True`` starts the SuperLink's simulation
-    runtime instead. Every process it started is stopped when the context exits."""
+    runtime instead. With ``tls`` the SuperLink serves with its certificate and the SuperNodes and
+    ``flwr run`` verify it against the CA. Every process it started is stopped when the context exits."""
 
-    def __init__(self, nodes: int, *, simulation: bool = False, workdir: str | Path | None = None):
+    def __init__(self, nodes: int, *, simulation: bool = False, workdir: str | Path | None = None,
+                 tls: TLSFiles | None = None):
         self.port = free_port()
-        super().__init__(f"127.0.0.1:{self.port}", workdir=workdir)
+        self.tls = tls.check() if tls is not None else None
+        super().__init__(f"127.0.0.1:{self.port}", workdir=workdir, root_certificates=tls and tls.ca_cert)
         self.nodes, self.simulation = nodes, simulation
         self.processes: list[tuple[str, subprocess.Popen]] = []
 
@@ -185,16 +195,13 @@ class LocalFederation(Federation):
     def __enter__(self) -> Self:
         super().__enter__()
         try:
-            link = [_binary("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
-                    "--disable-runtime-dependency-installation"]
+            link = [_binary("flower-superlink"), *self.server_security(), "--host", "127.0.0.1",
+                    "--port", str(self.port), "--disable-runtime-dependency-installation"]
             self._start("superlink", link + (["--simulation"] if self.simulation else []))
             self._wait_healthy()
             if not self.simulation:
                 for i in range(self.nodes):
-                    self._start(f"supernode{i}", [
-                        _binary("flower-supernode"), "--insecure", "--superlink", self.address,
-                        "--port", str(free_port()), "--node-config",
-                        f"partition-id={i} num-partitions={self.nodes}"])
+                    self.start_supernode(f"supernode{i}", i)
         except BaseException:
             self.__exit__()
             raise
@@ -204,6 +211,20 @@ class LocalFederation(Federation):
         self.stop()
         super().__exit__(*exc)
 
+    def server_security(self) -> list[str]:
+        if self.tls is None:
+            return ["--insecure"]
+        return ["--ssl-ca-certfile", str(self.tls.ca_cert), "--ssl-certfile", str(self.tls.server_cert),
+                "--ssl-keyfile", str(self.tls.server_key)]
+
+    def start_supernode(self, name: str, partition: int, root_certificates: Path | None = None) -> None:
+        """A SuperNode for ``partition``; it trusts ``root_certificates`` (default: the federation's CA)."""
+        trust = root_certificates or (self.tls and self.tls.ca_cert)
+        security = ["--root-certificates", str(trust)] if trust else ["--insecure"]
+        self._start(name, [_binary("flower-supernode"), *security, "--superlink", self.address,
+                           "--port", str(free_port()), "--node-config",
+                           f"partition-id={partition} num-partitions={self.nodes}"])
+
     def _wait_healthy(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -211,7 +232,9 @@ class LocalFederation(Federation):
                 raise RuntimeError(f"flower-superlink exited with code {self.processes[0][1].returncode}:\n"
                                    + self.log_tail("superlink"))
             try:
-                with urllib.request.urlopen(f"http://{self.address}/health", timeout=1):
+                scheme, context = ("https", ssl.create_default_context(cafile=str(self.tls.ca_cert))) if self.tls \
+                    else ("http", None)
+                with urllib.request.urlopen(f"{scheme}://{self.address}/health", timeout=1, context=context):
                     return
             except (urllib.error.URLError, OSError):
                 time.sleep(0.2)

@@ -13,19 +13,20 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from edgekit.federated.apps import RunSettings, parse_progress, run_threads
 from edgekit.federated.flower_run import LocalFederation, write_app
+from edgekit.federated.tls import TLSFiles, make_certificates
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARIES = ("flower-superlink", "flower-supernode", "flwr")
 
 
-def submit(tmp_path, monkeypatch, simulation: bool):
+def submit(tmp_path, monkeypatch, simulation: bool, tls=None):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     output = tmp_path / "result.json"
     settings = RunSettings(method="diloco", clients=2, rounds=1, inner_steps=3, bandwidth_bps=1e6, latency_s=0.05,
                            device_flops=1e6, output=str(output))
     app = write_app(tmp_path / "app", "tests.federated.toy_apps:server_app", "tests.federated.toy_apps:client_app",
                     settings.run_config())
-    with LocalFederation(2, simulation=simulation, workdir=tmp_path / "federation") as federation:
+    with LocalFederation(2, simulation=simulation, workdir=tmp_path / "federation", tls=tls) as federation:
         progress = []
         log = federation.flwr_run(app, timeout_s=240, on_line=lambda line: progress.append(parse_progress(line)),
                                   federation_config={"num-supernodes": 2} if simulation else None)
@@ -45,6 +46,41 @@ def submit(tmp_path, monkeypatch, simulation: bool):
 def test_deployment_engine_on_loopback(tmp_path, monkeypatch):
     result = submit(tmp_path, monkeypatch, simulation=False)
     assert len(result["nodes"]) == 2 and all(n > 0 for n in result["nodes"])
+
+
+@pytest.mark.skipif(not all(shutil.which(b) for b in BINARIES),
+                    reason="Flower's deployment binaries (flower-superlink, flower-supernode, flwr) are not on PATH")
+def test_deployment_engine_over_tls(tmp_path, monkeypatch):
+    """The SuperLink serves with a certificate from a throw-away CA; SuperNodes and flwr run verify it."""
+    tls = make_certificates(tmp_path / "tls")
+    result = submit(tmp_path, monkeypatch, simulation=False, tls=tls)
+    assert len(result["nodes"]) == 2
+    config = (tmp_path / "federation" / "flwr-home" / "config.toml").read_text()
+    assert "root-certificates" in config and "insecure" not in config
+
+
+@pytest.mark.skipif(not all(shutil.which(b) for b in BINARIES),
+                    reason="Flower's deployment binaries (flower-superlink, flower-supernode, flwr) are not on PATH")
+def test_a_supernode_that_trusts_another_ca_is_refused(tmp_path):
+    tls = make_certificates(tmp_path / "tls")
+    other = make_certificates(tmp_path / "other", ca_name="another CA")
+    with LocalFederation(0, tls=tls, workdir=tmp_path / "federation") as federation:
+        federation.start_supernode("rogue", 0, root_certificates=other.ca_cert)
+        rogue = federation.processes[-1][1]
+        rogue.wait(timeout=120)
+        log = federation.log_tail("rogue", lines=200)
+    assert rogue.returncode != 0 and "CERTIFICATE_VERIFY_FAILED" in log, log
+
+
+def test_tls_files_that_do_not_parse_are_named(tmp_path):
+    tls = make_certificates(tmp_path / "tls")
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    with pytest.raises(ValueError, match="TLS ca_cert '.*junk.pem' is not a PEM certificate"):
+        TLSFiles(tmp_path / "junk.pem", tls.server_cert, tls.server_key).check()
+    with pytest.raises(ValueError, match="TLS server_key '.*server.pem' is not a PEM private key"):
+        TLSFiles(tls.ca_cert, tls.server_cert, tls.server_cert).check()
+    with pytest.raises(ValueError, match="TLS server_cert '.*missing.pem' cannot be read"):
+        TLSFiles(tls.ca_cert, tmp_path / "missing.pem", tls.server_key).check()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None,

@@ -75,6 +75,24 @@ def test_options_of_other_methods_and_bad_method_options(method, args, message):
     assert result.exit_code == 2 and message in result.output, result.output
 
 
+def test_tls_options_are_checked_before_any_work(tmp_path):
+    from edgekit.federated.tls import make_certificates
+
+    tls = make_certificates(tmp_path / "tls")
+    base = ["run", "diloco", "--clients", "2", "--rounds", "1", "-o", str(tmp_path / "r.json")]
+    result = invoke(*base, "--engine", "deployment", "--ssl-ca-certfile", str(tls.ca_cert))
+    assert result.exit_code == 2 and "TLS needs all three files; missing --ssl-certfile, --ssl-keyfile" in result.output
+    result = invoke(*base, "--ssl-ca-certfile", str(tls.ca_cert), "--ssl-certfile", str(tls.server_cert),
+                    "--ssl-keyfile", str(tls.server_key))
+    assert result.exit_code == 2 and "local SuperLink of --engine deployment" in result.output
+    result = invoke(*base, "--engine", "deployment", "--ssl-ca-certfile", str(tls.server_key), "--ssl-certfile",
+                    str(tls.server_cert), "--ssl-keyfile", str(tls.server_key))
+    assert result.exit_code == 2 and "is not a PEM certificate" in result.output
+    result = invoke(*base, "--engine", "deployment", "--root-certificates", str(tls.ca_cert))
+    assert result.exit_code == 2 and "give --superlink too" in result.output
+    assert not (tmp_path / "r.json").exists()
+
+
 def test_missing_data_is_named(tmp_path):
     result = invoke("run", "fedrgl", "--graph", "cora", "--planetoid", str(tmp_path), "--rounds", "1", "--warmup", "0",
                     "-o", str(tmp_path / "r.json"))
