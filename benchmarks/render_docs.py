@@ -52,7 +52,7 @@ def source_line(file: str, meta: dict) -> str:
         loads += f", {load_after[0]} after"
     return (f"From `benchmarks/results/{file}`, written by `{meta.get('command', 'unknown command')}` at git "
             f"{sha[:10]}{dirty} on {cpu.get('model', 'an unknown CPU')} ({ext or 'no vector extensions recorded'}), "
-            f"{meta.get('threads', '?')} threads, {loads}.")
+            f"{meta.get('threads', '?')} thread{'' if meta.get('threads') == 1 else 's'}, {loads}.")
 
 
 def render_codecs() -> str:
@@ -139,7 +139,29 @@ def render_gemv() -> str:
     return "\n\n".join(parts)
 
 
-RENDERERS = {"codecs": render_codecs, "gemv": render_gemv, "user-models": render_user_models}
+def render_mx_training() -> str:
+    data = load("mx_training.json")
+    seeds = data["config"]["seed"]
+    rows = []
+    for scheme, row in data["summary"].items():
+        forward, backward = data["schemes"][scheme]
+        ce, excess = row["validation_cross_entropy"], row.get("excess_over_bf16")
+        rows.append([scheme, forward, backward, f"{ce['mean']:.4f} ± {ce['ci95']:.4f}",
+                     f"{excess['mean']:+.4f} ± {excess['ci95']:.4f}" if excess else "(reference)"])
+    bias = [[r["format"], f"{r['mean_error']:+.2e}", f"{r['mean_abs_error']:.2e}", f"{100 * r['bias_over_mean_abs']:+.2f}%"]
+            for r in data["clipping_bias"]]
+    config = ", ".join(f"{k}={v}" for k, v in data["config"].items() if k not in ("schemes", "seed"))
+    return "\n\n".join([
+        source_line("mx_training.json", data["meta"]) + f" Seeds {', '.join(map(str, seeds))}; {config}.",
+        table(["scheme", "forward GEMM", "backward GEMMs", "validation cross-entropy (95% CI)",
+               "excess over BF16, paired by seed (95% CI)"], rows),
+        "Mean rounding error of 2^20 Gaussian values (rows of 1024, blocks and channels along rows):",
+        table(["format", "mean error", "mean absolute error", "bias / mean absolute error"], bias),
+    ])
+
+
+RENDERERS = {"codecs": render_codecs, "gemv": render_gemv, "mx-training": render_mx_training,
+             "user-models": render_user_models}
 
 
 def render_page(text: str) -> str:
