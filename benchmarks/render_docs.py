@@ -33,6 +33,16 @@ def load(name: str) -> dict:
     return json.loads((RESULTS / name).read_text())
 
 
+def meta_of(data: dict) -> dict:
+    """The provenance of a results file, whichever of the two layouts it uses."""
+    return data["meta"] if "meta" in data else {**data["provenance"], "command": data["command"]}
+
+
+def pm(stat: dict, digits: int = 3) -> str:
+    """``mean +- 95% half-width`` of a ``seed_stats.interval`` record."""
+    return f"{stat['mean']:.{digits}f} +- {stat['ci95']:.{digits}f}"
+
+
 def table(header: list[str], rows: list[list]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
@@ -160,7 +170,30 @@ def render_mx_training() -> str:
     ])
 
 
-RENDERERS = {"codecs": render_codecs, "gemv": render_gemv, "mx-training": render_mx_training,
+PHASEALIGN_LABELS = {"cosine": "`cosine` (MaskCLIP)", "phasealign": "`phasealign` (all three parts)"}
+
+
+def render_phasealign() -> str:
+    data = load("phasealign.json")
+    summary = data["summary"]
+    rows = []
+    for method in data["methods"]:
+        knobs = "; ".join(f"{int(r)}, {g}, {int(h)}" for r, g, h in zip(
+            summary[f"residual_readout_{method}"]["values"], summary[f"gamma_{method}"]["values"],
+            summary[f"hops_{method}"]["values"], strict=True))
+        rows.append([PHASEALIGN_LABELS.get(method, f"`{method}`"), pm(summary[f"miou_{method}"]),
+                     pm(summary[f"boundary_f_{method}"]), f"{summary[f'val_miou_{method}']['mean']:.3f}", knobs])
+    return "\n\n".join([
+        source_line("phasealign.json", meta_of(data)) + f" Seeds {', '.join(map(str, data['seeds']))}; mean and 95% "
+        "t-interval over seeds.",
+        f"The tiny CLIP's zero-shot accuracy among all prompts on one-object scenes: novel combinations "
+        f"{pm(summary['novel_accuracy'])}, base combinations {pm(summary['base_accuracy'])}.",
+        table(["method", "test mIoU (novel)", "test boundary F", "val mIoU (base)",
+               "knobs per seed (residual read-out, gamma, hops)"], rows),
+    ])
+
+
+RENDERERS = {"codecs": render_codecs, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "user-models": render_user_models}
 
 
