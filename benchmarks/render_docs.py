@@ -184,10 +184,10 @@ def render_phasealign() -> str:
         rows.append([PHASEALIGN_LABELS.get(method, f"`{method}`"), pm(summary[f"miou_{method}"]),
                      pm(summary[f"boundary_f_{method}"]), f"{summary[f'val_miou_{method}']['mean']:.3f}", knobs])
     return "\n\n".join([
-        source_line("phasealign.json", meta_of(data)) + f" Seeds {', '.join(map(str, data['seeds']))}; mean and 95% "
-        "t-interval over seeds.",
-        f"The tiny CLIP's zero-shot accuracy among all prompts on one-object scenes: novel combinations "
-        f"{pm(summary['novel_accuracy'])}, base combinations {pm(summary['base_accuracy'])}.",
+        (source_line("phasealign.json", meta_of(data)) + f" Seeds {', '.join(map(str, data['seeds']))}; "
+         "mean and 95% t-interval over seeds."),
+        (f"The tiny CLIP's zero-shot accuracy among all prompts on one-object scenes: novel combinations "
+         f"{pm(summary['novel_accuracy'])}, base combinations {pm(summary['base_accuracy'])}."),
         table(["method", "test mIoU (novel)", "test boundary F", "val mIoU (base)",
                "knobs per seed (residual read-out, gamma, hops)"], rows),
     ])
