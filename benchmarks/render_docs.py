@@ -35,7 +35,9 @@ def load(name: str) -> dict:
 
 def meta_of(data: dict) -> dict:
     """The provenance of a results file, whichever of the two layouts it uses."""
-    return data["meta"] if "meta" in data else {**data["provenance"], "command": data["command"]}
+    if "meta" in data:
+        return data["meta"]
+    return {**data["provenance"], **({"command": data["command"]} if "command" in data else {})}
 
 
 def pm(stat: dict, digits: int = 3) -> str:
@@ -193,7 +195,24 @@ def render_phasealign() -> str:
     ])
 
 
-RENDERERS = {"codecs": render_codecs, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
+def pm_unicode(stat: dict, digits: int) -> str:
+    return f"{stat['mean']:.{digits}f} ± {stat['ci95']:.{digits}f}"
+
+
+def render_dnachunker() -> str:
+    data = load("dnachunker.json")
+    columns = [("masked_accuracy", 3), ("mean_chunk", 2), ("chunk_in_motif", 2), ("chunk_in_repeat", 2),
+               ("chunk_in_background", 2), ("snp_far_moves", 3), ("insertion_far_moves", 3)]
+    rows = [[r["variant"], f"{r['lr']:g}", *(pm_unicode(r[key], digits) for key, digits in columns)]
+            for r in data["rows"]]
+    return "\n\n".join([
+        source_line("dnachunker.json", meta_of(data)) + f" Seeds {', '.join(map(str, data['seeds']))}.",
+        table(["variant", "lr", "masked-base accuracy", "mean chunk", "chunk in motifs", "chunk in repeats",
+               "chunk in background", "far moves, SNP", "far moves, insertion"], rows),
+    ])
+
+
+RENDERERS = {"codecs": render_codecs, "dnachunker": render_dnachunker, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "user-models": render_user_models}
 
 
