@@ -212,7 +212,46 @@ def render_dnachunker() -> str:
     ])
 
 
-RENDERERS = {"codecs": render_codecs, "dnachunker": render_dnachunker, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
+def render_labbuilder() -> str:
+    data = load("labbuilder.json")
+    keys = ("collision_rate", "out_of_bounds_rate", "weighted_safety_violations", "reachable_step_fraction")
+    rows = [[method, *(pm_unicode(stats[k], 3) for k in keys)] for method, stats in data["summary"].items()]
+    return "\n\n".join([
+        source_line("labbuilder.json", meta_of(data)) + f" {data['specs_per_seed']} specifications per seed, "
+        f"{data['iterations']} iterations.",
+        table(["method", "collision rate", "out-of-bounds rate", "weighted safety violations", "reachable steps"], rows),
+    ])
+
+
+NEMO_LABELS = {"single": "single (first candidate as written)", "single_validated": "single_validated (simulator + repair)"}
+
+
+def render_nemo() -> str:
+    data = load("nemo.json")
+    rows = []
+    for condition, stat in data["summary"]["accuracy"].items():
+        label = NEMO_LABELS.get(condition) or (f"{condition} ({data['candidates']} candidates)"
+                                               if condition in ("self_consistency", "mbr") else condition)
+        rows.append([label, pm_unicode(stat, 3), ", ".join(f"{v:.3f}" for v in stat["per_seed"])])
+    return "\n\n".join([source_line("nemo.json", meta_of(data)), table(["condition", "accuracy", "per seed"], rows)])
+
+
+def render_fuzzeval() -> str:
+    data = load("fuzzeval.json")
+    keys = ("violation_rate", "fdr_mean", "selection_rate", "recall")
+    parts = [source_line("fuzzeval.json", meta_of(data)) + f" {data['problems']} problems, "
+             f"{data['candidates_per_problem']} candidates each, {data['splits']} splits, delta {data['delta']}."]
+    for split, by_eps in data["summary"].items():
+        for eps in sorted(by_eps, key=float, reverse=True):
+            rows = [[method, *(pm_unicode(stats[k], 3) for k in keys)] for method, stats in by_eps[eps].items()]
+            parts += [f"Split over {split}s, epsilon = {float(eps):g}:",
+                      table(["method", "P(test FDR > epsilon)", "test FDR", "selection rate",
+                             "recall of correct programs"], rows)]
+    return "\n\n".join(parts)
+
+
+RENDERERS = {"codecs": render_codecs, "dnachunker": render_dnachunker, "fuzzeval": render_fuzzeval,
+             "labbuilder": render_labbuilder, "nemo": render_nemo, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "user-models": render_user_models}
 
 
