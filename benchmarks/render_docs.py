@@ -263,13 +263,13 @@ def render_cgmmd() -> str:
                cell(r, "psnr_of_mean", 2), cell(r, "diversity", 3), f"{min(r['latency_ms']['values']):.2f}"]
               for r in data["rows"] if "psnr" in r]
     return "\n\n".join([
-        source_line("cgmmd.json", meta_of(data)) + f" Seeds {', '.join(map(str, data['seeds']))}; mean ± 95% "
-        "t-interval; sampling time is the fastest seed's (the machine is shared).",
+        (source_line("cgmmd.json", meta_of(data)) + f" Seeds {', '.join(map(str, data['seeds']))}; mean ± 95% "
+         "t-interval; sampling time is the fastest seed's (the machine is shared)."),
         "Synthetic conditionals (W1 and coverage against the true conditional at 200 x values):",
         table(["task", "method", "lr", "held-out ECMMD²", "W1 to the truth", "cond. std error", "mode coverage",
                "ms / 1000 samples"], synthetic),
-        "Digits (test images; PSNR of one sample and of the mean of 20 samples against the clean image; "
-        "diversity = mean per-pixel standard deviation over the 20 samples):",
+        ("Digits (test images; PSNR of one sample and of the mean of 20 samples against the clean image; "
+         "diversity = mean per-pixel standard deviation over the 20 samples):"),
         table(["task", "method", "lr", "held-out ECMMD²", "PSNR, one sample (dB)", "PSNR, mean of 20 samples",
                "diversity", "ms / 1000 samples"], digits),
     ])
