@@ -275,8 +275,38 @@ def render_cgmmd() -> str:
     ])
 
 
+def render_liftquant_search() -> str:
+    data = load("liftquant_search.json")
+    searches = ("fast", "fast+local", "slices")
+    rows = []
+    for r in data["configs"]:
+        exact = (f"{r['mse_exact']:.4f} ({r['samples_exact']})" if "mse_exact" in r
+                 else f"(2^{r['D']} codes)")
+        rows.append([r["format"].removeprefix("liftquant_"), f"{r['bits']:.3g}", r["default_search"],
+                     *(f"{r[f'mse_{s}']:.4f}" if f"mse_{s}" in r else "" for s in searches), exact,
+                     *(f"{100 * r[k]:+.1f}%" if k in r else "" for k in ("fast_local_over_exact", "slices_over_exact")),
+                     *(f"{r[f'weights_per_s_{s}']:,.0f}" if f"weights_per_s_{s}" in r else ""
+                       for s in (*searches, "exact"))])
+    runs = [[run["search"] + (" (default)" if run["default"] else ""), run["rows_timed"],
+             f"{run['pipeline_seconds']:.1f}" + (" (extrapolated)" if run["extrapolated"] else ""),
+             f"{run['pipeline_cpu_seconds']:.1f}", f"{run['pipeline_weights_per_s']:,.0f}",
+             f"{run['bits_per_weight']:.4f}", f"{run['relative_mse']:.4f}"] for run in data["layer"]["runs"]]
+    shape = "x".join(map(str, data["layer"]["shape"]))
+    return "\n\n".join([
+        (source_line("liftquant_search.json", data["meta"]) + f" MSE per dimension on {data['samples']} N(0, 1) "
+         "chunks (exact on fewer where the chunk count is given)."),
+        table(["configuration", "D/d bits", "default", "fast", "fast+local", "slices", "exact (chunks)",
+               "fast+local over exact", "slices over exact", "fast (weights/s)", "fast+local (weights/s)",
+               "slices (weights/s)", "exact (weights/s)"], rows),
+        (f"Encoding a {shape} layer at {data['layer']['format']} (the whole per-layer pipeline: rotation, "
+         "scales, the search, least-squares scales, packing):"),
+        table(["search", "rows timed", "seconds for the layer", "CPU seconds", "weights/s", "bits/weight",
+               "relative MSE"], runs),
+    ])
+
+
 RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "dnachunker": render_dnachunker, "fuzzeval": render_fuzzeval,
-             "labbuilder": render_labbuilder, "nemo": render_nemo, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
+             "labbuilder": render_labbuilder, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "user-models": render_user_models}
 
 
