@@ -305,7 +305,27 @@ def render_liftquant_search() -> str:
     ])
 
 
-RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "dnachunker": render_dnachunker, "fuzzeval": render_fuzzeval,
+DCLA_TARGETS = {"toy": "toy 2-d", "deconvolution": "deconvolution 64 px"}
+DCLA_PENALTIES = {"l1_minus_l2": "l1 - l2", "capped_l1": "capped l1"}
+DCLA_METHODS = {"dcla": "DC-LA", "myula_r1": "MYULA on r1", "subgradient": "sub-gradient"}
+
+
+def render_dcla() -> str:
+    data = load("dcla.json")
+    rows = []
+    for r in data["summary"]:
+        error = (f"{r['w1']:.4f} +- {r['w1_ci95']:.4f}" if "w1" in r else f"MSE {r['mse']:.4f} +- {r['mse_ci95']:.4f}")
+        rows.append([DCLA_TARGETS.get(r["target"], r["target"]), DCLA_PENALTIES.get(r["penalty"], r["penalty"]),
+                     DCLA_METHODS.get(r["method"], r["method"]), error,
+                     f"{r['coverage90']:.3f} +- {r['coverage90_ci95']:.3f}"])
+    return "\n\n".join([
+        source_line("dcla.json", meta_of(data)),
+        table(["target", "prior", "sampler", "W1 to quadrature / MSE", "exact mass of 90% interval / pixel coverage"],
+              rows),
+    ])
+
+
+RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "dcla": render_dcla, "dnachunker": render_dnachunker, "fuzzeval": render_fuzzeval,
              "labbuilder": render_labbuilder, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "user-models": render_user_models}
 
