@@ -34,6 +34,7 @@ from torch.nn import functional as F
 
 from . import cgmmd_data
 from .cgmmd_data import DIMS, SYNTHETIC
+from .config_fields import bounded, checked
 from .training import TrainSpec
 
 METHODS = ("cgmmd", "mse", "cgan")
@@ -41,28 +42,24 @@ BANDWIDTH_SCALES = (0.125, 0.25, 0.5, 1.0, 2.0)
 
 
 @dataclass(frozen=True)
+@checked
 class CGMMDConfig:
-    task: str = "bimodal"
-    method: str = "cgmmd"
-    hidden: int = 128
-    noise: int = 8
-    neighbours: int = 16  # K: neighbours in x per anchor, and generated samples per anchor
-    anchors: int = 64
-    steps: int = 1500
-    lr: float = 1e-3
-    train_size: int = 4000
-    eval_points: int = 200  # x grid points (W1, mode coverage) for synthetic tasks
-    eval_samples: int = 200  # generated samples per grid point
-    seed: int = 0
+    task: str = bounded("bimodal", choices=cgmmd_data.TASKS)
+    method: str = bounded("cgmmd", choices=METHODS)
+    hidden: int = bounded(128, low=32)
+    noise: int = bounded(8, low=1)
+    neighbours: int = bounded(16, low=2)  # K: neighbours in x per anchor, and generated samples per anchor
+    anchors: int = bounded(64, low=1)
+    steps: int = bounded(1500, low=1)
+    lr: float = bounded(1e-3, low=0, low_open=True)
+    train_size: int = bounded(4000, low=1)
+    eval_points: int = bounded(200, low=1)  # x grid points (W1, mode coverage) for synthetic tasks
+    eval_samples: int = bounded(200, low=1)  # generated samples per grid point
+    seed: int = bounded(0, low=0)
 
     def __post_init__(self):
-        cgmmd_data.check_task(self.task)
-        if self.method not in METHODS:
-            raise ValueError(f"method {self.method!r} is unknown; allowed: {', '.join(METHODS)}")
         if self.hidden % 32:
             raise ValueError(f"CGMMDConfig.hidden={self.hidden} must be a multiple of 32 (one MX block)")
-        if self.neighbours < 2 or self.anchors < 1 or self.noise < 1:
-            raise ValueError("neighbours must be >= 2, anchors >= 1 and noise >= 1")
 
     @property
     def x_dim(self) -> int:

@@ -8,32 +8,23 @@ reach them like any study. The benchmarks (``benchmarks/fuzzeval.py``, ``nemo.py
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
-
-def _check_positive(config) -> None:
-    for f in fields(config):
-        value = getattr(config, f.name)
-        if f.name != "seed" and isinstance(value, int) and value < 1:
-            raise ValueError(f"{f.name} must be a positive integer, got {value}")
+from .config_fields import bounded, checked
 
 
 @dataclass(frozen=True)
+@checked
 class FuzzEvalConfig:
-    seed: int = 0
-    problems: int = 164  # the first N HumanEval problems
-    candidates: int = 5  # programs per problem (the canonical solution and AST mutants)
-    splits: int = 200  # random calibration/test splits
-    epsilon: float = 0.1  # FDR target
-    delta: float = 0.1  # allowed share of splits over the target
-
-    def __post_init__(self):
-        _check_positive(self)
-        for name in ("epsilon", "delta"):
-            if not 0 < getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in (0, 1), got {getattr(self, name)}")
+    seed: int = bounded(0, low=0)
+    problems: int = bounded(164, low=1)  # the first N HumanEval problems
+    candidates: int = bounded(5, low=1)  # programs per problem (the canonical solution and AST mutants)
+    splits: int = bounded(200, low=1)  # random calibration/test splits
+    epsilon: float = bounded(0.1, low=0, high=1, low_open=True, high_open=True)  # FDR target
+    # allowed share of splits over the target
+    delta: float = bounded(0.1, low=0, high=1, low_open=True, high_open=True)
 
     @classmethod
     def tiny(cls, **overrides):
@@ -55,14 +46,12 @@ def evaluate_fuzzeval(config: FuzzEvalConfig) -> dict:
 
 
 @dataclass(frozen=True)
+@checked
 class NemoConfig:
-    seed: int = 0
-    per_family: int = 5  # word problems of each of the six families
-    candidates: int = 4
-    max_rounds: int = 3  # repair rounds after a failed validation
-
-    def __post_init__(self):
-        _check_positive(self)
+    seed: int = bounded(0, low=0)
+    per_family: int = bounded(5, low=1)  # word problems of each of the six families
+    candidates: int = bounded(4, low=1)
+    max_rounds: int = bounded(3, low=1)  # repair rounds after a failed validation
 
     @classmethod
     def tiny(cls, **overrides):
@@ -81,13 +70,11 @@ def evaluate_nemo(config: NemoConfig) -> dict:
 
 
 @dataclass(frozen=True)
+@checked
 class LabBuilderConfig:
-    seed: int = 0
-    specs: int = 10  # generated specifications
-    iterations: int = 600  # annealing steps of the optimised layout
-
-    def __post_init__(self):
-        _check_positive(self)
+    seed: int = bounded(0, low=0)
+    specs: int = bounded(10, low=1)  # generated specifications
+    iterations: int = bounded(600, low=1)  # annealing steps of the optimised layout
 
     @classmethod
     def tiny(cls, **overrides):

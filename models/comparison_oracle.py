@@ -33,6 +33,8 @@ from functools import lru_cache
 import numpy as np
 from scipy.stats import norm
 
+from .config_fields import bounded, checked
+
 FUNCTIONS = ("quadratic", "logistic", "quantized_net")
 BASELINES = ("finite_difference", "two_point", "sign_average")
 
@@ -314,19 +316,14 @@ def make_problem(function: str, n: int, seed: int) -> Problem:
 # -- the study entry (edgekit study comparison_oracle) --------------------------------------
 
 @dataclass(frozen=True)
+@checked
 class ComparisonOracleConfig:
-    function: str = "quadratic"  # quadratic (dimension n), logistic (64), quantized_net (64, MXFP4 digits MLP)
-    n: int = 32
-    epsilon: float = 0.05
-    delta: float = 1e-4
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.function not in FUNCTIONS:
-            raise ValueError(f"function must be one of {', '.join(FUNCTIONS)}, got {self.function!r}")
-        check_epsilon(self.epsilon)
-        if self.n < 2:
-            raise ValueError(f"n must be >= 2, got {self.n}")
+    # quadratic (dimension n), logistic (64), quantized_net (64, MXFP4 digits MLP)
+    function: str = bounded("quadratic", choices=FUNCTIONS)
+    n: int = bounded(32, low=2)
+    epsilon: float = bounded(0.05, low=0, high=1, low_open=True, high_open=True)
+    delta: float = bounded(1e-4, low=0, low_open=True)
+    seed: int = bounded(0, low=0)
 
     @classmethod
     def tiny(cls, **overrides) -> ComparisonOracleConfig:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import wasserstein_distance
 
+from .config_fields import bounded, checked
+
 METHODS = ("dcla", "myula_r1", "subgradient")
 PRIORS = ("l1_minus_l2", "capped_l1")
 TARGETS = ("toy", "deconvolution")
@@ -300,20 +302,16 @@ def deconvolution(seed: int, penalty: str = "l1_minus_l2", pixels: int = 64, wid
 # -- the study entry (edgekit study dcla) ---------------------------------------------------
 
 @dataclass(frozen=True)
+@checked
 class DCLAConfig:
-    target: str = "toy"  # toy (2-d, exact by quadrature) or deconvolution (64 pixels)
-    penalty: str = "l1_minus_l2"  # or capped_l1
-    step: float = 0.02
-    smoothing: float = 0.05
-    n_steps: int = 4000
-    chains: int = 200
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.target not in TARGETS:
-            raise ValueError(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
-        if self.penalty not in PRIORS:
-            raise ValueError(f"penalty must be one of {', '.join(PRIORS)}, got {self.penalty!r}")
+    # toy (2-d, exact by quadrature) or deconvolution (64 pixels)
+    target: str = bounded("toy", choices=TARGETS)
+    penalty: str = bounded("l1_minus_l2", choices=PRIORS)  # or capped_l1
+    step: float = bounded(0.02, low=0, low_open=True)
+    smoothing: float = bounded(0.05, low=0, low_open=True)
+    n_steps: int = bounded(4000, low=1)
+    chains: int = bounded(200, low=1)
+    seed: int = bounded(0, low=0)
 
     @classmethod
     def tiny(cls, **overrides) -> DCLAConfig:

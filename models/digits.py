@@ -13,17 +13,19 @@ import numpy as np
 import torch
 from torch import nn
 
+from .config_fields import bounded, checked
 from .training import TrainSpec
 
 
 @dataclass(frozen=True)
+@checked
 class DigitsConfig:
-    hidden: int = 256
-    steps: int = 660  # 60 epochs of batches of 128
-    lr: float = 3e-3
-    batch: int = 128
-    test_fraction: float = 0.25
-    seed: int = 0
+    hidden: int = bounded(256, low=1)
+    steps: int = bounded(660, low=1)  # 60 epochs of batches of 128
+    lr: float = bounded(3e-3, low=0, low_open=True)
+    batch: int = bounded(128, low=1)
+    test_fraction: float = bounded(0.25, low=0, high=1, low_open=True, high_open=True)
+    seed: int = bounded(0, low=0)
 
     @classmethod
     def tiny(cls, **overrides) -> DigitsConfig:

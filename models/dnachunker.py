@@ -36,6 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import dna_data
+from .config_fields import bounded, checked
 from .dna_data import MASK, VOCAB
 from .lm import RMSNorm
 from .training import TrainSpec
@@ -45,33 +46,29 @@ ENCODERS = ("conv", "gru")
 
 
 @dataclass(frozen=True)
+@checked
 class DNAChunkerConfig:
-    chunking: str = "dynamic"
-    encoder: str = "conv"
-    length: int = 128
-    width: int = 64
-    heads: int = 2
-    main_layers: int = 2
-    target_chunk: int = 4  # R: mean chunk length the ratio loss aims at; k of the k-mer baseline
-    ratio_weight: float = 0.05
-    mask_rate: float = 0.15
-    steps: int = 600
-    batch: int = 32
-    lr: float = 2e-3
-    genome_length: int = 200_000
-    eval_windows: int = 256
-    seed: int = 0
+    chunking: str = bounded("dynamic", choices=CHUNKINGS)
+    encoder: str = bounded("conv", choices=ENCODERS)
+    length: int = bounded(128, low=1)
+    width: int = bounded(64, low=32)
+    heads: int = bounded(2, low=1)
+    main_layers: int = bounded(2, low=0)
+    # R: mean chunk length the ratio loss aims at; k of the k-mer baseline
+    target_chunk: int = bounded(4, low=2)
+    ratio_weight: float = bounded(0.05, low=0)
+    mask_rate: float = bounded(0.15, low=0, high=1, low_open=True, high_open=True)
+    steps: int = bounded(600, low=1)
+    batch: int = bounded(32, low=1)
+    lr: float = bounded(2e-3, low=0, low_open=True)
+    genome_length: int = bounded(200_000, low=1)
+    eval_windows: int = bounded(256, low=1)
+    seed: int = bounded(0, low=0)
 
     def __post_init__(self):
-        if self.chunking not in CHUNKINGS:
-            raise ValueError(f"chunking {self.chunking!r} is unknown; allowed: {', '.join(CHUNKINGS)}")
-        if self.encoder not in ENCODERS:
-            raise ValueError(f"encoder {self.encoder!r} is unknown; allowed: {', '.join(ENCODERS)}")
         if self.width % 32 or self.width % self.heads:
             raise ValueError(f"width {self.width} must be a multiple of 32 (one MX block) and split into "
                              f"{self.heads} heads")
-        if self.target_chunk < 2:
-            raise ValueError(f"target_chunk={self.target_chunk} must be >= 2")
 
     @classmethod
     def tiny(cls, **overrides) -> DNAChunkerConfig:

@@ -67,11 +67,14 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import pde
+from .config_fields import bounded, checked
 from .training import Trained, TrainSpec
 from .weights import quantized_copy
 
 ARCHS = ("fluxnet", "cnn", "flux_rate")
 HEADS = ("L", "U", "D")
+# boundaries some problem takes; __post_init__ checks the chosen problem's own
+BOUNDARIES = tuple(dict.fromkeys(b for p in pde.PROBLEMS.values() for b in p.boundaries))
 KEEP_LOGIT = 2.0  # initial preference for "keep" over all moves together: e^2 / (e^2 + 1) ~ 88% kept
 BOUND_TOLERANCE = 1e-5  # a value beyond a bound by more than this fraction of the range is a violation
 STUDY_FORMATS = (None, "mxfp8_e4m3", "mxfp4")
@@ -85,39 +88,35 @@ def _check_choice(key: str, value, allowed: Iterable):
 
 
 @dataclass(frozen=True)
+@checked
 class FluxNetConfig:
-    pde: str = "traffic"  # one of pde.PROBLEMS
-    head: str = "L"  # L, U or D (fluxnet only; the baselines ignore it)
-    arch: str = "fluxnet"  # fluxnet, cnn or flux_rate
-    boundary: str = "periodic"  # periodic, or dirichlet for the 1D problems
-    cells: int | None = None  # surrogate cells per axis; None: the problem's default (128 in 1D, 32 in 2D)
-    reach: int = 3  # R: neighbours each side a cell sends to in one step
-    hidden: int = 64
-    layers: int = 4
-    kernel: int = 5
-    substeps: int = 8  # flux_rate: network evaluations per surrogate step
-    unroll: int = 4  # training: surrogate steps rolled out per sample
-    consistency: float = 1.0  # D head: weight of the consistency loss
-    train_trajectories: int = 64
-    test_trajectories: int = 8
-    trajectory_steps: int = 100  # surrogate steps per training trajectory
-    rollout_steps: int = 100  # surrogate steps per evaluation rollout
-    steps: int = 1500
-    batch: int = 16
-    lr: float = 5e-4  # at 2e-3 Adam drives the softmax into one-hot moves early, where its gradient vanishes
-    seed: int = 0
-    data_seed: int = 0
+    pde: str = bounded("traffic", choices=pde.PROBLEMS)
+    head: str = bounded("L", choices=HEADS)  # L, U or D (fluxnet only; the baselines ignore it)
+    arch: str = bounded("fluxnet", choices=ARCHS)  # fluxnet, cnn or flux_rate
+    boundary: str = bounded("periodic", choices=BOUNDARIES)  # periodic, or dirichlet for the 1D problems
+    # surrogate cells per axis; None: the problem's default (128 in 1D, 32 in 2D)
+    cells: int | None = bounded(None, low=1)
+    reach: int = bounded(3, low=1)  # R: neighbours each side a cell sends to in one step
+    hidden: int = bounded(64, low=32)
+    layers: int = bounded(4, low=1)
+    kernel: int = bounded(5, low=1)
+    substeps: int = bounded(8, low=1)  # flux_rate: network evaluations per surrogate step
+    unroll: int = bounded(4, low=1)  # training: surrogate steps rolled out per sample
+    consistency: float = bounded(1.0, low=0)  # D head: weight of the consistency loss
+    train_trajectories: int = bounded(64, low=1)
+    test_trajectories: int = bounded(8, low=1)
+    trajectory_steps: int = bounded(100, low=1)  # surrogate steps per training trajectory
+    rollout_steps: int = bounded(100, low=1)  # surrogate steps per evaluation rollout
+    steps: int = bounded(1500, low=1)
+    batch: int = bounded(16, low=1)
+    # at 2e-3 Adam drives the softmax into one-hot moves early, where its gradient vanishes
+    lr: float = bounded(5e-4, low=0, low_open=True)
+    seed: int = bounded(0, low=0)
+    data_seed: int = bounded(0, low=0)
 
     def __post_init__(self):
-        _check_choice("pde", self.pde, pde.PROBLEMS)
-        _check_choice("head", self.head, HEADS)
-        _check_choice("arch", self.arch, ARCHS)
         _check_choice("boundary", self.boundary, pde.get_problem(self.pde).boundaries)
-        for key in ("reach", "layers", "kernel", "substeps", "unroll", "train_trajectories", "test_trajectories",
-                    "rollout_steps", "steps", "batch"):
-            if getattr(self, key) < 1:
-                raise ValueError(f"FluxNetConfig.{key} must be at least 1, got {getattr(self, key)}")
-        if self.hidden < 32 or self.hidden % 32:
+        if self.hidden % 32:
             raise ValueError(f"FluxNetConfig.hidden must be a positive multiple of 32, got {self.hidden}")
         if self.kernel % 2 == 0:
             raise ValueError(f"FluxNetConfig.kernel must be odd, got {self.kernel}")

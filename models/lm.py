@@ -26,6 +26,7 @@ from torch.nn import functional as F
 
 from edgekit.simulators.recent import RecentResults
 
+from .config_fields import bounded, checked
 from .training import TrainSpec
 
 VOCAB = 256
@@ -33,27 +34,28 @@ SKIP_DIRS = frozenset({"test", "tests", "idlelib", "site-packages", "__pycache__
 
 
 @dataclass(frozen=True)
+@checked
 class LMConfig:
-    width: int = 256
-    layers: int = 4
-    heads: int = 4
-    mlp: int = 768  # SwiGLU hidden width
-    seq_len: int = 256
-    batch: int = 16
-    steps: int = 700
-    lr: float = 2e-3
-    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    warmup: int = 50
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    rope_base: float = 10000.0
-    seed: int = 0
-    split_seed: int = 0  # the train/validation file split; independent of the training seed
-    val_fraction: float = 0.05
-    max_train_bytes: int = 8_000_000
-    max_val_bytes: int = 1_000_000
-    eval_windows: int = 128
-    eval_batch: int = 32
+    width: int = bounded(256, low=64)
+    layers: int = bounded(4, low=1)
+    heads: int = bounded(4, low=1)
+    mlp: int = bounded(768, low=64)  # SwiGLU hidden width
+    seq_len: int = bounded(256, low=1)
+    batch: int = bounded(16, low=1)
+    steps: int = bounded(700, low=1)
+    lr: float = bounded(2e-3, low=0, low_open=True)
+    min_lr_ratio: float = bounded(0.1, low=0, high=1)  # cosine decays to lr * min_lr_ratio
+    warmup: int = bounded(50, low=0)
+    weight_decay: float = bounded(0.1, low=0)
+    grad_clip: float = bounded(1.0, low=0, low_open=True)
+    rope_base: float = bounded(10000.0, low=0, low_open=True)
+    seed: int = bounded(0, low=0)
+    split_seed: int = bounded(0, low=0)  # the train/validation file split; independent of the training seed
+    val_fraction: float = bounded(0.05, low=0, high=1, low_open=True, high_open=True)
+    max_train_bytes: int = bounded(8_000_000, low=1)
+    max_val_bytes: int = bounded(1_000_000, low=1)
+    eval_windows: int = bounded(128, low=1)
+    eval_batch: int = bounded(32, low=1)
 
     def __post_init__(self):
         for name in ("width", "mlp"):

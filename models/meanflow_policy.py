@@ -53,7 +53,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .metaworld_demos import ACTION_DIM, DemoSpec, check_task, demonstrations, rollouts
+from .config_fields import bounded, checked
+from .metaworld_demos import ACTION_DIM, TASKS, DemoSpec, demonstrations, rollouts
 from .training import TrainSpec
 
 METHODS = ("omp", "meanflow", "flow_matching")
@@ -68,41 +69,32 @@ LOGIT_NORMAL = (-0.4, 1.0)  # mean and std of the logits of t and r (MeanFlow's 
 
 
 @dataclass(frozen=True)
+@checked
 class MeanFlowPolicyConfig:
-    task: str = "reach-v3"
-    method: str = "omp"  # omp | meanflow | flow_matching
-    horizon: int = 4  # actions per predicted chunk
-    execute: int = 2  # actions executed from each chunk before the policy is asked again
-    width: int = 256
-    depth: int = 3  # hidden layers
-    train_episodes: int = 40  # expert episodes (seeds 0..n-1); failed ones are dropped
-    eval_episodes: int = 50  # held-out seeds for success rate and action MSE
-    steps: int = 3000
-    batch: int = 256
-    lr: float = 1e-3
-    instant_fraction: float = 0.5  # share of (r, t) draws with r = t
-    direction_weight: float = 1.0  # omp's directional alignment loss
-    dde_eps: float = 1e-3  # omp's finite-difference step: where eps^2 truncation meets float32 round-off
-    sample_steps: int = 10  # the multi-step sampler evaluated for flow matching
-    max_episode_steps: int = 500  # policy rollouts stop here (Meta-World's episode length)
-    seed: int = 0
+    task: str = bounded("reach-v3", choices=TASKS)
+    method: str = bounded("omp", choices=METHODS)  # omp | meanflow | flow_matching
+    horizon: int = bounded(4, low=1)  # actions per predicted chunk
+    execute: int = bounded(2, low=1)  # actions executed from each chunk before the policy is asked again
+    width: int = bounded(256, low=64)
+    depth: int = bounded(3, low=1)  # hidden layers
+    train_episodes: int = bounded(40, low=1)  # expert episodes (seeds 0..n-1); failed ones are dropped
+    eval_episodes: int = bounded(50, low=1)  # held-out seeds for success rate and action MSE
+    steps: int = bounded(3000, low=1)
+    batch: int = bounded(256, low=1)
+    lr: float = bounded(1e-3, low=0, low_open=True)
+    instant_fraction: float = bounded(0.5, low=0, high=1)  # share of (r, t) draws with r = t
+    direction_weight: float = bounded(1.0, low=0)  # omp's directional alignment loss
+    # omp's finite-difference step: where eps^2 truncation meets float32 round-off
+    dde_eps: float = bounded(1e-3, low=0, low_open=True)
+    sample_steps: int = bounded(10, low=1)  # the multi-step sampler evaluated for flow matching
+    max_episode_steps: int = bounded(500, low=1)  # policy rollouts stop here (Meta-World's episode length)
+    seed: int = bounded(0, low=0)
 
     def __post_init__(self):
-        check_task(self.task)
-        if self.method not in METHODS:
-            raise ValueError(f"method must be one of {', '.join(METHODS)}; got {self.method!r}")
         if self.width % 64:
             raise ValueError(f"width must be a multiple of 64, got {self.width}")
-        for name in ("horizon", "depth", "train_episodes", "eval_episodes", "steps", "batch", "sample_steps",
-                     "max_episode_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if not 1 <= self.execute <= self.horizon:
+        if self.execute > self.horizon:
             raise ValueError(f"execute must be in 1..horizon={self.horizon}, got {self.execute}")
-        if not 0.0 <= self.instant_fraction <= 1.0:
-            raise ValueError(f"instant_fraction must be in [0, 1], got {self.instant_fraction}")
-        if self.dde_eps <= 0:
-            raise ValueError(f"dde_eps must be positive, got {self.dde_eps}")
 
     @classmethod
     def tiny(cls, **overrides) -> MeanFlowPolicyConfig:

@@ -32,6 +32,7 @@ from torch import nn
 from edgekit.simulators import quantize_dequantize
 
 from . import lm
+from .config_fields import bounded, checked
 from .training import fit
 
 # scheme -> (forward format, backward format); a format is an MX name, "bf16", or "int8_tensor" /
@@ -107,29 +108,23 @@ def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
 
 
 @dataclass(frozen=True)
+@checked
 class MXTrainingConfig:
     """The LM recipe (``lm.LMConfig``'s defaults, smaller) trained once per scheme."""
 
-    width: int = 128
-    layers: int = 2
-    heads: int = 2
-    mlp: int = 384
-    seq_len: int = 128
-    batch: int = 16
-    steps: int = 300
-    lr: float = 2e-3
-    warmup: int = 30
-    max_train_bytes: int = 2_000_000
-    eval_windows: int = 64
-    schemes: tuple[str, ...] = tuple(SCHEMES)
-    seed: int = 0
-
-    def __post_init__(self):
-        unknown = [s for s in self.schemes if s not in SCHEMES]
-        if unknown:
-            raise ValueError(f"schemes must be from {', '.join(SCHEMES)}; unknown: {', '.join(unknown)}")
-        if self.steps < 1 or self.batch < 1:
-            raise ValueError(f"steps and batch must be at least 1, got {self.steps} and {self.batch}")
+    width: int = bounded(128, low=64)
+    layers: int = bounded(2, low=1)
+    heads: int = bounded(2, low=1)
+    mlp: int = bounded(384, low=64)
+    seq_len: int = bounded(128, low=1)
+    batch: int = bounded(16, low=1)
+    steps: int = bounded(300, low=1)
+    lr: float = bounded(2e-3, low=0, low_open=True)
+    warmup: int = bounded(30, low=0)
+    max_train_bytes: int = bounded(2_000_000, low=1)
+    eval_windows: int = bounded(64, low=1)
+    schemes: tuple[str, ...] = bounded(tuple(SCHEMES), choices=SCHEMES)
+    seed: int = bounded(0, low=0)
 
     @classmethod
     def tiny(cls, **overrides) -> MXTrainingConfig:

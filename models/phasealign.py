@@ -33,6 +33,7 @@ from scipy.ndimage import binary_dilation, uniform_filter
 from torch.nn import functional as F
 
 from . import shape_scenes, tiny_clip
+from .config_fields import bounded, checked
 
 DENSE = ("value", "value_residual")
 METHODS = {  # name -> (score, local contrast normalisation, attention propagation)
@@ -48,17 +49,15 @@ LCN_SCALES = (3, 5)
 
 
 @dataclass(frozen=True)
+@checked
 class PhaseAlignConfig:
-    clip_steps: int = 1200  # the tiny CLIP this segments with (trained once per seed, cached)
-    image_size: int = 32
-    val_scenes: int = 60
-    test_scenes: int = 150
-    thresholds: int = 9  # background thresholds tried: quantiles of the validation best-class scores
-    seed: int = 0
-
-    def __post_init__(self):
-        if self.val_scenes < 1 or self.test_scenes < 1 or self.thresholds < 1:
-            raise ValueError("val_scenes, test_scenes and thresholds must be >= 1")
+    clip_steps: int = bounded(1200, low=1)  # the tiny CLIP this segments with (trained once per seed, cached)
+    image_size: int = bounded(32, choices=shape_scenes.SIZES)
+    val_scenes: int = bounded(60, low=1)
+    test_scenes: int = bounded(150, low=1)
+    # background thresholds tried: quantiles of the validation best-class scores
+    thresholds: int = bounded(9, low=1)
+    seed: int = bounded(0, low=0)
 
     @classmethod
     def tiny(cls, **overrides) -> PhaseAlignConfig:
@@ -135,7 +134,7 @@ def class_maps(feats, attn, text, score: str, lcn: bool, hops: int, gamma: float
     """(B, C, H, W) class scores at pixel resolution."""
     s = phase_scores(feats, text, gamma) if score == "phase" else cosine_scores(feats, text)
     s = propagate(s, attn, hops)
-    g = int(round(s.shape[1] ** 0.5))
+    g = round(s.shape[1] ** 0.5)
     maps = s.transpose(1, 2).reshape(len(s), -1, g, g).numpy().astype(np.float64)
     if lcn:
         maps = local_contrast(maps)

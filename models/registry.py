@@ -19,10 +19,23 @@ from types import ModuleType
 
 from torch import nn
 
-from . import cache, digits, fluxnet, lm, meanflow_policy, metaworld_demos, pde, training
-from . import cgmmd, dnachunker, sudoku_mdm
-from . import shape_scenes, tiny_clip
+from . import (
+    cache,
+    cgmmd,
+    digits,
+    dnachunker,
+    fluxnet,
+    lm,
+    meanflow_policy,
+    metaworld_demos,
+    pde,
+    shape_scenes,
+    sudoku_mdm,
+    tiny_clip,
+    training,
+)
 from .cache import CheckpointError
+from .config_fields import describe
 
 
 @dataclass(frozen=True)
@@ -130,15 +143,16 @@ def _parse_value(text: str, kind: type, key: str):
 def make_config(name: str | ModelEntry, overrides: Mapping[str, object] | None = None, *, tiny: bool = False):
     """The model's default (or ``tiny``) config with ``overrides`` applied; strings are parsed by field type.
 
-    An unknown key, a value of the wrong type or one the config rejects raises a
-    ``ValueError`` that names the key and lists the config's fields.
+    An unknown key (the error lists every key with its range), a value of the wrong type or
+    one outside the range its field declares (see :mod:`.config_fields`) raises a
+    ``ValueError`` that names the key.
     """
     entry = get_model(name)
     fields = config_fields(entry.config)
     overrides = dict(overrides or {})
     unknown = [k for k in overrides if k not in fields]
     if unknown:
-        listing = ", ".join(f"{k} ({getattr(t, '__name__', t)}, default {d!r})" for k, (t, d) in fields.items())
+        listing = ", ".join(f"{k} ({describe(entry.config, k)}, default {d!r})" for k, (_, d) in fields.items())
         raise ValueError(f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
                          f"for model {entry.name!r}; keys: {listing}")
     values = {k: _parse_value(v, fields[k][0], k) if isinstance(v, str) else v for k, v in overrides.items()}

@@ -17,12 +17,13 @@ import numpy as np
 SIZES = (4, 9)
 # holes (deleted cells) per difficulty level; 4x4 puzzles with a unique solution keep >= 4 clues
 LEVELS = {4: {"easy": 6, "medium": 9, "hard": 11}, 9: {"easy": 36, "medium": 46, "hard": 52}}
+LEVEL_NAMES = tuple(dict.fromkeys(level for levels in LEVELS.values() for level in levels))
 
 
 def box_size(n: int) -> int:
     if n not in SIZES:
         raise ValueError(f"sudoku size n={n!r} is not supported; allowed: {', '.join(map(str, SIZES))}")
-    return int(round(n ** 0.5))
+    return round(n ** 0.5)
 
 
 def holes_for(n: int, level: str) -> int:
@@ -56,9 +57,9 @@ def check_grid(grid, n: int | None = None) -> np.ndarray:
     box_size(side)
     if n is not None and side != n:
         raise ValueError(f"grid has side {side}, expected {n}")
-    if not np.issubdtype(arr.dtype, np.integer):
-        if not np.issubdtype(arr.dtype, np.floating) or not np.all(arr == np.round(arr)):
-            raise ValueError(f"grid values must be integers 0..{side}, got dtype {arr.dtype}")
+    if not np.issubdtype(arr.dtype, np.integer) and (
+            not np.issubdtype(arr.dtype, np.floating) or not np.all(arr == np.round(arr))):
+        raise ValueError(f"grid values must be integers 0..{side}, got dtype {arr.dtype}")
     arr = arr.astype(np.int64)
     if arr.min() < 0 or arr.max() > side:
         raise ValueError(f"grid values must be 0 (empty) or 1..{side}, got values in [{arr.min()}, {arr.max()}]")
@@ -71,7 +72,7 @@ def violations(grid) -> int:
     """Constraint violations of a (partly) filled grid: over every row, column and box, the
     filled cells minus the distinct digits among them (0 for a consistent grid)."""
     flat = np.asarray(grid).ravel()
-    n = int(round(len(flat) ** 0.5))
+    n = round(len(flat) ** 0.5)
     total = 0
     for unit in units(n):
         values = flat[unit]

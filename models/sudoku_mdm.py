@@ -24,29 +24,31 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import mdm_samplers, sudoku
+from .config_fields import bounded, checked
 from .lm import RMSNorm
 from .training import TrainSpec
 
 
 @dataclass(frozen=True)
+@checked
 class SudokuMDMConfig:
-    size: int = 4  # 4 or 9
-    width: int = 64
-    layers: int = 2
-    heads: int = 2
-    mlp: int = 128
-    steps: int = 400
-    batch: int = 32
-    lr: float = 2e-3
-    warmup: int = 20
-    grids: int = 5000  # 9x9 grids generated (4x4 uses all 288)
-    split_seed: int = 0  # the grid split and puzzles; independent of the training seed
-    level: str = "hard"
-    eval_puzzles: int = 300
-    sample_steps: int = 0  # sampler rounds; 0: one cell per round
-    candidates: int = 8  # Info-Gain candidate actions per round
-    temperature: float = 1.0  # Info-Gain Gumbel noise scale
-    seed: int = 0
+    size: int = bounded(4, choices=sudoku.SIZES)  # 4 or 9
+    width: int = bounded(64, low=32)
+    layers: int = bounded(2, low=1)
+    heads: int = bounded(2, low=1)
+    mlp: int = bounded(128, low=32)
+    steps: int = bounded(400, low=1)
+    batch: int = bounded(32, low=1)
+    lr: float = bounded(2e-3, low=0, low_open=True)
+    warmup: int = bounded(20, low=1)
+    grids: int = bounded(5000, low=1)  # 9x9 grids generated (4x4 uses all 288)
+    split_seed: int = bounded(0, low=0)  # the grid split and puzzles; independent of the training seed
+    level: str = bounded("hard", choices=sudoku.LEVEL_NAMES)
+    eval_puzzles: int = bounded(300, low=1)
+    sample_steps: int = bounded(0, low=0)  # sampler rounds; 0: one cell per round
+    candidates: int = bounded(8, low=1)  # Info-Gain candidate actions per round
+    temperature: float = bounded(1.0, low=0)  # Info-Gain Gumbel noise scale
+    seed: int = bounded(0, low=0)
 
     def __post_init__(self):
         sudoku.holes_for(self.size, self.level)
@@ -56,8 +58,6 @@ class SudokuMDMConfig:
                                  "(one MX block)")
         if self.width % self.heads:
             raise ValueError(f"width {self.width} must split into {self.heads} heads")
-        if self.sample_steps < 0 or self.candidates < 1:
-            raise ValueError("sample_steps must be >= 0 and candidates >= 1")
 
     @property
     def rounds(self) -> int:

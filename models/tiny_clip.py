@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from . import shape_scenes
+from .config_fields import bounded, checked
 from .training import TrainSpec
 
 WORDS = ("<pad>", "<eot>", "a", "and", *shape_scenes.COLOURS, *shape_scenes.SHAPES)
@@ -49,25 +50,23 @@ def tokenize(texts) -> torch.Tensor:
 
 
 @dataclass(frozen=True)
+@checked
 class TinyCLIPConfig:
-    image_size: int = 32
-    patch: int = 4
-    width: int = 64
-    layers: int = 3
-    heads: int = 4
-    text_layers: int = 2
-    embed: int = 64
-    steps: int = 1500
-    batch: int = 64
-    lr: float = 2e-3
-    max_objects: int = 3
-    eval_scenes: int = 200
-    seed: int = 0
+    image_size: int = bounded(32, choices=shape_scenes.SIZES)
+    patch: int = bounded(4, low=1)
+    width: int = bounded(64, low=32)
+    layers: int = bounded(3, low=1)
+    heads: int = bounded(4, low=1)
+    text_layers: int = bounded(2, low=1)
+    embed: int = bounded(64, low=32)
+    steps: int = bounded(1500, low=1)
+    batch: int = bounded(64, low=1)
+    lr: float = bounded(2e-3, low=0, low_open=True)
+    max_objects: int = bounded(3, low=1)
+    eval_scenes: int = bounded(200, low=1)
+    seed: int = bounded(0, low=0)
 
     def __post_init__(self):
-        if self.image_size not in shape_scenes.SIZES:
-            raise ValueError(f"image_size={self.image_size} is not rendered; allowed: "
-                             f"{', '.join(map(str, shape_scenes.SIZES))}")
         if self.image_size % self.patch:
             raise ValueError(f"patch={self.patch} must divide image_size={self.image_size}")
         if self.width % 32 or self.embed % 32:
@@ -103,7 +102,7 @@ class Block(nn.Module):
         if pad is not None:
             logits = logits.masked_fill(pad[:, None, None, :], float("-inf"))
         attn = logits.softmax(dim=-1)
-        merge = lambda z: z.transpose(1, 2).reshape(b, t, w)  # noqa: E731
+        merge = lambda z: z.transpose(1, 2).reshape(b, t, w)
         return merge(attn @ v), attn, merge(v)
 
     def forward(self, x, pad=None):

@@ -26,6 +26,10 @@ from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 from torch import nn
 
+from edgekit.simulators.formats import LIFTQUANT_PREFIX, format_names
+
+from .config_fields import bounded, checked
+
 FAMILIES = ("linear", "mlp")
 RESOLUTION = 1e-6  # relative squared error at which a coordinate counts as known exactly
 TASKS = ("fine", "coarse")
@@ -274,31 +278,34 @@ def task_accuracy(logits: torch.Tensor, y: np.ndarray, task: str) -> float:
 
 # -- the study entry (edgekit study usable_information) -------------------------------------
 
+def _known_format(name) -> bool:
+    """A weight format name that the format table or LiftQuant knows."""
+    from edgekit.simulators import get_format
+
+    from .weights import liftquant_format
+
+    try:
+        if liftquant_format(name) is None:
+            get_format(name)
+    except ValueError:
+        return False
+    return True
+
+
+FORMATS_ALLOWED = (f"a block format ({', '.join(format_names())}; name@block, name_asym) "
+                   f"or a LiftQuant configuration ({LIFTQUANT_PREFIX}...)")
 QUANT_FORMATS = ("mxint8", "mxfp8_e4m3", "mxfp6_e2m3", "mxint4", "mxfp4", "nvfp4", "liftquant_24to10",
                  "liftquant_16to4")
 
 
 @dataclass(frozen=True)
+@checked
 class UsableInformationConfig:
-    hidden: int = 256
-    steps: int = 660
-    formats: tuple[str, ...] = QUANT_FORMATS
-    family: str = "linear"
-    seed: int = 0
-
-    def __post_init__(self):
-        _check_family(self.family)
-        from edgekit.simulators.formats import get_liftquant_format
-
-        from .weights import liftquant_format
-
-        for name in self.formats:
-            if liftquant_format(name) is not None:
-                get_liftquant_format(name)
-            else:
-                from edgekit.simulators import get_format
-
-                get_format(name)
+    hidden: int = bounded(256, low=1)
+    steps: int = bounded(660, low=1)
+    formats: tuple[str, ...] = bounded(QUANT_FORMATS, check=_known_format, allowed=FORMATS_ALLOWED)
+    family: str = bounded("linear", choices=FAMILIES)
+    seed: int = bounded(0, low=0)
 
     @classmethod
     def tiny(cls, **overrides) -> UsableInformationConfig:

@@ -58,6 +58,8 @@ def test_train_then_eval_reuses_the_cache(tmp_path):
     (["train", "digits", "--config", "steps=lots"], "config key 'steps' takes a int, got 'lots'"),
     (["train", "digits", "--config", "steps"], "must look like KEY=VALUE"),
     (["train", "lm", "--config", "width=100"], "multiple of 64"),
+    (["train", "lm", "--config", "lr=0"], "config key 'lr' of LMConfig must be a number > 0, got 0.0"),
+    (["train", "fluxnet", "--config", "arch=mlp"], "config key 'arch' of FluxNetConfig must be one of fluxnet, cnn"),
     (["eval", "digits", "--format", "fp5"], "unknown format 'fp5'; allowed: mxfp8_e4m3"),
 ])
 def test_bad_input_is_named_before_any_work(tmp_path, args, message):
@@ -65,6 +67,15 @@ def test_bad_input_is_named_before_any_work(tmp_path, args, message):
     assert result.exit_code != 0
     assert message in result.output
     assert not (tmp_path / "cache" / "models").exists()
+
+
+def test_a_config_value_outside_its_range_fails_and_writes_nothing(tmp_path):
+    """Negative steps once trained nothing and scored the untrained model with exit status 0."""
+    result = run("eval", "digits", "--config", "steps=-5", "--cache-dir", tmp_path / "cache",
+                 "-o", tmp_path / "eval.json")
+    assert result.exit_code != 0
+    assert "config key 'steps' of DigitsConfig must be an integer >= 1, got -5" in result.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_checkpoints_and_cache_dirs(tmp_path):

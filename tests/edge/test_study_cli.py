@@ -29,8 +29,8 @@ def test_study_runs_and_writes_its_result_with_provenance(tmp_path):
 
 def test_bad_study_input_is_one_clear_error():
     for args, message in ((("nope",), "unknown study 'nope'; studies: dcla"),
-                          (("dcla", "--config", "penalty=l0"), "penalty must be one of l1_minus_l2, capped_l1"),
-                          (("comparison_oracle", "--config", "epsilon=1.5"), "epsilon must be in (0, 1)"),
+                          (("dcla", "--config", "penalty=l0"), "config key 'penalty' of DCLAConfig must be one of l1_minus_l2, capped_l1, got 'l0'"),
+                          (("comparison_oracle", "--config", "epsilon=1.5"), "config key 'epsilon' of ComparisonOracleConfig must be a number in (0, 1), got 1.5"),
                           (("dcla", "--config", "steps"), "must look like KEY=VALUE")):
         result = run("study", *args)
         assert result.exit_code == 1 and message in result.output, result.output
@@ -49,4 +49,4 @@ def test_the_checker_systems_run_as_studies_with_their_baselines(tmp_path):
         assert all(0.0 <= values[k] <= 1.0 for k in keys), values
     assert values["collision_rate_optimised"] == 0.0  # the optimised layouts are repaired until nothing collides
     result = run("study", "nemo", "--config", "candidates=0")
-    assert result.exit_code == 1 and "candidates must be a positive integer, got 0" in result.output
+    assert result.exit_code == 1 and "config key 'candidates' of NemoConfig must be an integer >= 1, got 0" in result.output

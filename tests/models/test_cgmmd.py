@@ -49,7 +49,7 @@ def test_bad_task_split_and_widths_are_refused():
         cgmmd_data.dataset("ring", "holdout")
     with pytest.raises(ValueError, match="no known conditional"):
         cgmmd_data.true_conditional("denoise", np.zeros((1, 1)), np.random.default_rng(0))
-    with pytest.raises(ValueError, match="allowed: cgmmd, mse, cgan"):
+    with pytest.raises(ValueError, match="config key 'method' of CGMMDConfig must be one of cgmmd, mse, cgan"):
         make_config("cgmmd", {"method": "vae"})
     model = build(CGMMDConfig(task="superres"))
     with pytest.raises(ValueError, match="must be \\(n, 16\\)"):

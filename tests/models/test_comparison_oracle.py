@@ -125,9 +125,9 @@ def test_bad_input():
         co.gradient_is_close(oracle, problem.x, np.ones(5), 0.1, rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="baseline must be one of"):
         co.baseline_estimate("adam", problem.f, problem.x, 10, rng=np.random.default_rng(0))
-    with pytest.raises(ValueError, match="function must be one of quadratic, logistic, quantized_net"):
+    with pytest.raises(ValueError, match="'function' of ComparisonOracleConfig must be one of quadratic, logistic, quantized_net"):
         make_config(get_study("comparison_oracle"), {"function": "rosenbrock"})
-    with pytest.raises(ValueError, match=r"epsilon must be in \(0, 1\)"):
+    with pytest.raises(ValueError, match=r"'epsilon' of ComparisonOracleConfig must be a number in \(0, 1\), got 1.5"):
         make_config(get_study("comparison_oracle"), {"epsilon": "1.5"})
 
 

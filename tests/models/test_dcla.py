@@ -94,7 +94,7 @@ def test_bad_input_names_the_parameter():
         dcla.sample("dcla", posterior, step=0.1, smoothing=-1, n_steps=10, chains=2, seed=0)
     with pytest.raises(ValueError, match="A must be a matrix"):
         dcla.Posterior(np.eye(2), np.zeros(3), 1.0, dcla.l1_minus_l2(1.0, 0.5))
-    with pytest.raises(ValueError, match="penalty must be one of l1_minus_l2, capped_l1"):
+    with pytest.raises(ValueError, match="'penalty' of DCLAConfig must be one of l1_minus_l2, capped_l1"):
         make_config(get_study("dcla"), {"penalty": "l0"})
 
 

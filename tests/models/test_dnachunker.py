@@ -148,9 +148,9 @@ def test_moved_far_counts_boundaries_moved_away_from_the_site():
 
 
 def test_bad_config_is_refused():
-    with pytest.raises(ValueError, match="allowed: dynamic, kmer, bpe"):
+    with pytest.raises(ValueError, match="'chunking' of DNAChunkerConfig must be one of dynamic, kmer, bpe"):
         DNAChunkerConfig(chunking="wordpiece")
-    with pytest.raises(ValueError, match="allowed: conv, gru"):
+    with pytest.raises(ValueError, match="'encoder' of DNAChunkerConfig must be one of conv, gru"):
         DNAChunkerConfig(encoder="mamba")
 
 

@@ -205,7 +205,7 @@ def test_d_head_consistency_loss_keeps_its_proposals_together():
                                                ("arch", "mlp", "fluxnet, cnn, flux_rate"),
                                                ("boundary", "open", "periodic, dirichlet")])
 def test_bad_choices_name_the_key_and_the_allowed_values(key, value, allowed):
-    with pytest.raises(ValueError, match=f"FluxNetConfig.{key} must be one of .*{allowed}.*{value!r}"):
+    with pytest.raises(ValueError, match=f"config key '{key}' of FluxNetConfig must be one of .*{allowed}.*{value!r}"):
         FluxNetConfig(**{key: value})
     with pytest.raises(ValueError, match=f"{key}"):
         make_config("fluxnet", {key: value})

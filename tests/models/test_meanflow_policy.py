@@ -207,15 +207,15 @@ def test_demonstration_cache_round_trips_and_refuses_corrupt_files(tmp_path, mon
 
 
 def test_bad_config_names_the_key_and_the_allowed_values():
-    with pytest.raises(ValueError, match=r"task must be one of reach-v3, push-v3, drawer-open-v3.*got 'reach'"):
+    with pytest.raises(ValueError, match=r"'task' of MeanFlowPolicyConfig must be one of reach-v3, push-v3, drawer-open-v3.*got 'reach'"):
         mp.MeanFlowPolicyConfig(task="reach")
-    with pytest.raises(ValueError, match=r"method must be one of omp, meanflow, flow_matching; got 'ddpm'"):
+    with pytest.raises(ValueError, match=r"'method' of MeanFlowPolicyConfig must be one of omp, meanflow, flow_matching, got 'ddpm'"):
         mp.MeanFlowPolicyConfig(method="ddpm")
     with pytest.raises(ValueError, match="execute must be in 1..horizon=4"):
         mp.MeanFlowPolicyConfig(execute=5)
     with pytest.raises(ValueError, match="width must be a multiple of 64"):
         mp.MeanFlowPolicyConfig(width=100)
-    with pytest.raises(ValueError, match="method must be one of"):
+    with pytest.raises(ValueError, match="'method' of MeanFlowPolicyConfig must be one of"):
         make_config("meanflow_policy", {"method": "ddpm"})
     with pytest.raises(ValueError, match="task must be one of"):
         md.DemoSpec.train("pick-v3", 3)

@@ -67,7 +67,7 @@ def test_quantize_linears_keeps_the_weights_and_refuses_unknown_schemes():
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     with pytest.raises(ValueError, match="scheme must be one of bf16"):
         mt.quantize_linears(model, "int3")
-    with pytest.raises(ValueError, match="unknown: fp64"):
+    with pytest.raises(ValueError, match=r"'schemes' of MXTrainingConfig must be a list, each entry one of bf16.*got \('bf16', 'fp64'\)"):
         mt.MXTrainingConfig(schemes=("bf16", "fp64"))
 
 

@@ -50,7 +50,7 @@ def test_bad_images_and_configs_are_named(trained):
         trained.model.encode_image(torch.zeros(1, 1, 32, 32))
     with pytest.raises(ValueError, match=r"got \(1, 3, 64, 64\)"):
         trained.model.encode_image(torch.zeros(1, 3, 64, 64))
-    with pytest.raises(ValueError, match="image_size=48"):
+    with pytest.raises(ValueError, match="'image_size' of TinyCLIPConfig must be one of 32, 64, got 48"):
         tiny_clip.TinyCLIPConfig(image_size=48)
     with pytest.raises(ValueError, match="multiples of 32"):
         tiny_clip.TinyCLIPConfig(width=48)

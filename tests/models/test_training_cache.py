@@ -156,7 +156,7 @@ def test_config_overrides_are_parsed_and_checked():
     config = make_config("digits", {"steps": "12", "lr": "0.01", "hidden": 16})
     assert (config.steps, config.lr, config.hidden) == (12, 0.01, 16)
     assert make_config("digits", tiny=True) == DigitsConfig.tiny()
-    with pytest.raises(ValueError, match=r"unknown config key 'depth' for model 'digits'; keys: hidden \(int"):
+    with pytest.raises(ValueError, match=r"unknown config key 'depth' for model 'digits'; keys: hidden \(an integer >= 1, default 256\)"):
         make_config("digits", {"depth": "3"})
     with pytest.raises(ValueError, match="config key 'steps' takes a int, got 'many'"):
         make_config("digits", {"steps": "many"})
