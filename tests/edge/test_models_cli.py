@@ -47,8 +47,11 @@ def test_train_then_eval_reuses_the_cache(tmp_path):
 
     from_file = run("eval", tmp_path / "d.pt", "--format", "mxfp4", "-o", tmp_path / "file.json")
     assert from_file.exit_code == 0, from_file.output
-    assert json.loads((tmp_path / "file.json").read_text())["eval"][:2] == [
-        {**r, "source": "measured", "seconds": pytest.approx(r["seconds"], abs=10)} for r in rows[:2]]
+    def without_time(row):
+        return {k: v for k, v in row.items() if k != "seconds"}  # wall time on a shared machine: not a result
+
+    assert [without_time(r) for r in json.loads((tmp_path / "file.json").read_text())["eval"][:2]] == [
+        without_time({**r, "source": "measured"}) for r in rows[:2]]
 
 
 @pytest.mark.parametrize(("args", "message"), [
