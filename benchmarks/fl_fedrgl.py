@@ -1,139 +1,220 @@
-"""FedRGL against FedAvg, FedProx and FedAvg with the filter plug-in, under label noise (run by hand, with nice).
+"""FedRGL against FedAvg, FedProx and FedAvg+CADF under label noise, tuned on noisy validation labels only.
 
-    nice python benchmarks/fl_fedrgl.py [--graphs cora,citeseer,csbm] [--clients 5]
-                                        [--noises uniform:0.3,pair:0.3] [--seeds 0,1]
-                                        [--rounds 40] [-o benchmarks/results/fl_fedrgl.json]
+    nice python benchmarks/fl_fedrgl.py [--graphs cora,citeseer] [--noises pair:0.3,uniform:0.3]
+                                        [--clients 5] [--seeds 0,1,2,3,4] [--tune-seed 100]
+                                        [--rounds 12] [--jobs 2] [-o benchmarks/results/fl_fedrgl.json]
 
-Each run: Louvain clients of the graph, each with 40% of its labelled nodes for training
-(labels corrupted at per-client rates spread from 0.5 to 1.5 times the nominal rate) and
-40% for testing (true labels); a two-layer GCN on the in-process engine over 10 Mbit/s
-links. Test accuracy is the global model's on every client's test nodes, pooled; a run's
-score is the mean over its last 5 rounds (round-to-round swings under noise are a few
-points). The table gives mean and standard deviation of that score over seeds (the seed
-draws the split, the noise and the initial model). ``fedrgl`` aggregates by train nodes
-times its entropy relative to that of its mean prediction, to the power -0.5
-(``entropy_reference``, ``entropy_power``: chosen on Cora, pair 0.3, 10 clients, seed 9, a
-seed no table uses); every method trains with Adam without weight decay (see
-``GraphSettings.weight_decay``), and the baselines run with 5e-4 too (``(wd 5e-4)``), the
-better setting for them in some rows. ``fedrgl`` trains with its weak proximal term
-(``fedrgl_mu`` 0.001, chosen on seed 9 of Cora and CiteSeer); ``fedrgl (no proximal term)``
-is FedRGL without it, an ablation. ``--methods`` adds ``fedrgl (count weights)``, FedRGL
-aggregating by train-node counts alone: another ablation. Cora and CiteSeer come from
-``../shared/data/planetoid`` (or ``--planetoid``); CSBM graphs (2000 nodes, 5 classes, 128 features, homophily 0.8) are
-generated. Every finished run is kept in ``<output stem>_runs/`` and reused while its job
-(settings included) is unchanged. The results
-files: the defaults (``fl_fedrgl.json``), ``--graphs csbm --noises pair:0.4,uniform:0.5 -o
-benchmarks/results/fl_fedrgl_csbm_hard.json`` and ``--graphs cora,citeseer --clients 10
---noises pair:0.3 --seeds 0,1,2 -o benchmarks/results/fl_fedrgl_10clients.json`` (its
-results file also has ``fedrgl (count weights)``: every method named in ``--methods``).
-``--seeds 9`` with ``--graphs cora,citeseer`` and ``--clients 10 --noises pair:0.3`` or
-``--clients 5 --noises uniform:0.3`` are the tuning runs, which no table uses.
+Each setting (graph x noise x client count): Louvain clients, each client's labelled nodes split
+40% train and 20% validation (both with labels flipped at the client's rate, 0.5 to 1.5 times the
+nominal one) and 40% test (true labels); a two-layer GCN on the in-process engine over 10 Mbit/s
+links. Every method gets the same tuning budget, the two candidates of ``GRIDS``, run on the
+tuning seed's data and scored by validation accuracy against the noisy labels (mean of the last 5
+rounds); no run reads a test label until the chosen configuration has finished training on each
+reported seed, whose final global model is then scored once on the test nodes. The table gives the
+mean test accuracy with a 95% t-interval over the seeds, and FedRGL's paired t-test (over seeds)
+against each baseline; the ablation adds FedRGL's parts one at a time to CADF filtering, each
+tested against the step before. Finished runs are kept in ``<output stem>_runs/`` and reused
+while their job is unchanged.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
-# The baselines also with the weight decay they had before it went to 0 for every method: it
-# costs them 10-15 points on Cora with 10 clients but is the better setting elsewhere (FedAvg on
-# CiteSeer, 10 clients; Cora, 5 clients, uniform), so the claim is checked against both.
-METHODS = {"fedavg": {"method": "fedavg"}, "fedprox": {"method": "fedprox"},
-           "fedavg+filter": {"method": "fedavg+filter"},
-           "fedavg (wd 5e-4)": {"method": "fedavg", "weight_decay": 5e-4},
-           "fedprox (wd 5e-4)": {"method": "fedprox", "weight_decay": 5e-4},
-           "fedavg+filter (wd 5e-4)": {"method": "fedavg+filter", "weight_decay": 5e-4},
-           "fedprox (mu 0.001)": {"method": "fedprox", "mu": 0.001},  # FedRGL's proximal weight
-           "fedrgl": {"method": "fedrgl"},
-           "fedrgl (no proximal term)": {"method": "fedrgl", "fedrgl_mu": 0.0},
-           "fedrgl (count weights)": {"method": "fedrgl", "entropy_weighting": False}}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from seed_stats import interval
+
+BASE = {"warmup": 4}  # FedRGL's warm-up, scaled to the short runs (the default 10 is for 40 rounds)
+# The tuning budget: two candidates per method, each the knob its authors tune.
+GRIDS = {"fedavg": [{"weight_decay": 0.0}, {"weight_decay": 5e-4}],
+         "fedprox": [{"mu": 0.01}, {"mu": 0.001}],
+         "fedavg+cadf": [{"threshold_std": 0.0}, {"threshold_std": 0.5}],
+         "fedrgl": [{"fedrgl_mu": 0.001}, {"fedrgl_mu": 0.01}]}
+METHOD = {"fedavg": "fedavg", "fedprox": "fedprox", "fedavg+cadf": "fedavg+filter", "fedrgl": "fedrgl"}
+BASELINES = ("fedavg", "fedprox", "fedavg+cadf")
+# FedRGL's parts added one at a time to its chosen configuration with all of them off.
+ABLATION = {"cadf": {"pseudo_weight": 0.0, "contrastive_weight": 0.0, "entropy_weighting": False, "fedrgl_mu": 0.0},
+            "+ pseudo-labels": {"entropy_weighting": False, "fedrgl_mu": 0.0},
+            "+ entropy weights": {"fedrgl_mu": 0.0},
+            "+ proximal term": {}}
 LAST = 5
+ALPHA = 0.05
 
 
-def one_run(job: dict, planetoid: Path, done_dir: Path) -> dict:
+def settings_for(method: str, candidate: dict, seed: int, extra: dict | None = None) -> dict:
+    from edgekit.federated.fedrgl import GraphSettings
+
+    return asdict(GraphSettings(**{"method": METHOD[method], **BASE, **candidate, **(extra or {}), "seed": seed}))
+
+
+def one_run(job: dict) -> dict:
+    """Train one configuration; ``job["score"]`` says which split it is scored on ("validation"
+    every round for tuning, "test" once at the end for a reported seed)."""
     import torch
 
-    from edgekit.federated.fedrgl import GraphSettings, graph_summary, run_graph
+    from edgekit.federated.fedrgl import GraphSettings, gcn_like, graph_summary, run_graph, test_accuracy
     from edgekit.federated.graphs import client_data, load_graph
     from edgekit.simulators.files import atomic_write
 
-    kept = done_dir / (f"{job['graph']}_{job['clients']}_{job['noise']}{job['rate']}_s{job['seed']}_"
-                       f"{job['label'].replace(' ', '_').replace('(', '').replace(')', '')}.json")
-    if kept.exists():
-        saved = json.loads(kept.read_text())
-        if saved["job"] == job:
-            return saved
+    kept = Path(job["dir"]) / f"{hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]}.json"
+    if kept.exists() and (saved := json.loads(kept.read_text()))["job"] == job:
+        return saved
     torch.set_num_threads(1)
-    graph = load_graph(job["graph"], planetoid, job["seed"])
-    clients = client_data(graph, job["clients"], noise=job["noise"], rate=job["rate"], seed=job["seed"])
+    graph = load_graph(job["graph"], job["planetoid"], job["seed"])
+    clients = client_data(graph, job["clients"], noise=job["noise"], rate=job["rate"], val_fraction=0.2,
+                          seed=job["seed"])
     settings = GraphSettings(**job["settings"])
-    result, grid = run_graph(settings, clients, graph.num_classes, job["rounds"])
-    out = {"job": job, **graph_summary(result.records, LAST), "bytes": grid.bytes.total,
-           "sim_time": result.records[-1].sim_time}
+    result, _ = run_graph(settings, clients, graph.num_classes, job["rounds"], evaluate_on="validation")
+    out = {"job": job, "validation": graph_summary(result.records, LAST)["score"]}
+    if job["score"] == "test":  # the only place a test label is read
+        out["test"] = test_accuracy(gcn_like(result.final, settings), clients)["accuracy"]
     atomic_write(kept, json.dumps(out) + "\n")
-    print(f"{job['graph']} {job['clients']} clients {job['noise']} {job['rate']} seed {job['seed']} {job['label']}: "
-          f"{out['score']:.3f}", flush=True)
+    print(f"{job['graph']} {job['noise']} {job['rate']} seed {job['seed']} {job['label']}: validation "
+          f"{out['validation']:.3f}" + (f" test {out['test']:.3f}" if "test" in out else ""), flush=True)
     return out
 
 
-def table(runs: list[dict]) -> list[dict]:
-    rows = {}
-    for run in runs:
-        job = run["job"]
-        key = (job["graph"], job["clients"], f"{job['noise']} {job['rate']}")
-        rows.setdefault(key, {}).setdefault(job["label"], []).append(run["score"])
-    out = []
-    for (graph, clients, noise), by_method in rows.items():
-        row = {"graph": graph, "clients": clients, "noise": noise}
-        for label in METHODS:
-            scores = by_method.get(label)
-            row[label] = f"{np.mean(scores):.3f} ± {np.std(scores):.3f}" if scores else "-"
-        best = max((lb for lb in METHODS if lb in by_method), key=lambda lb: np.mean(by_method[lb]))
-        row["best"] = best
-        out.append(row)
-    return out
+def paired(a: list[float], b: list[float]) -> dict:
+    diff = np.asarray(a) - np.asarray(b)
+    p = float(stats.ttest_rel(a, b).pvalue) if np.any(diff != diff[0]) else (0.0 if diff[0] else 1.0)
+    return {"difference": float(diff.mean()), "p": p, "significant": p < ALPHA}
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--graphs", default="cora,citeseer,csbm")
-    parser.add_argument("--clients", default="5")
-    parser.add_argument("--noises", default="uniform:0.3,pair:0.3")
-    parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--rounds", type=int, default=40)
-    parser.add_argument("--methods", default=",".join(m for m in METHODS if m != "fedrgl (count weights)"))
+    parser.add_argument("--graphs", default="cora,citeseer")
+    parser.add_argument("--noises", default="pair:0.3,uniform:0.3")
+    parser.add_argument("--clients", type=int, default=5)
+    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--tune-seed", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--planetoid", type=Path,
                         default=Path(__file__).resolve().parents[1].parent / "shared" / "data" / "planetoid")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_fedrgl.json"))
+    parser.add_argument("--allow-dirty", action="store_true")
     args = parser.parse_args()
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    for label in args.methods.split(","):
-        if label not in METHODS:
-            parser.error(f"unknown method {label!r}; allowed: {', '.join(METHODS)}")
-    done_dir = args.output.with_name(f"{args.output.stem}_runs")
-    done_dir.mkdir(parents=True, exist_ok=True)
-    from edgekit.federated.fedrgl import GraphSettings
-
-    jobs = [{"graph": graph, "clients": int(clients), "noise": noise.split(":")[0], "rate": float(noise.split(":")[1]),
-             "seed": int(seed), "label": label, "rounds": args.rounds,
-             "settings": asdict(GraphSettings(**METHODS[label], seed=int(seed)))}  # a kept run is reused only if equal
-            for graph in args.graphs.split(",") for clients in args.clients.split(",")
-            for noise in args.noises.split(",") for seed in args.seeds.split(",") for label in args.methods.split(",")]
-    runs = [one_run(job, args.planetoid, done_dir) for job in jobs]
-
+    from edgekit.federated.choices import NOISES, PLANETOID
     from edgekit.output import markdown_table
-    from edgekit.provenance import provenance
+    from edgekit.provenance import provenance, require_clean_tree
     from edgekit.simulators.files import atomic_write
 
-    rows = table(runs)
-    print(markdown_table(rows))
-    atomic_write(args.output, json.dumps({"meta": provenance(0), "table": rows, "runs": runs}, indent=1) + "\n")
+    require_clean_tree(args.allow_dirty)
+    graphs = args.graphs.split(",")
+    for graph in graphs:
+        if graph not in (*PLANETOID, "csbm"):
+            parser.error(f"unknown graph {graph!r}; allowed: {', '.join((*PLANETOID, 'csbm'))}")
+    noises = []
+    for item in args.noises.split(","):
+        kind, _, rate = item.partition(":")
+        if kind not in NOISES or not rate.replace(".", "", 1).isdigit():
+            parser.error(f"--noises takes KIND:RATE items with KIND one of {', '.join(NOISES)}, got {item!r}")
+        noises.append((kind, float(rate)))
+    seeds = [int(s) for s in args.seeds.split(",")]
+    if len(seeds) < 2 or args.tune_seed in seeds:
+        parser.error("--seeds needs at least 2 seeds for the paired test, and none equal to --tune-seed")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    done_dir = args.output.with_name(f"{args.output.stem}_runs")
+    done_dir.mkdir(parents=True, exist_ok=True)
+    settings_of = [(g, k, r) for g in graphs for k, r in noises]
+
+    def job(graph, kind, rate, seed, label, settings, score):
+        return {"graph": graph, "clients": args.clients, "noise": kind, "rate": rate, "seed": seed, "label": label,
+                "rounds": args.rounds, "settings": settings, "score": score, "planetoid": str(args.planetoid),
+                "dir": str(done_dir)}
+
+    with ProcessPoolExecutor(args.jobs) as pool:
+        tuning_jobs = [job(g, k, r, args.tune_seed, f"{m} #{i}", settings_for(m, c, args.tune_seed), "validation")
+                       for g, k, r in settings_of for m, grid in GRIDS.items() for i, c in enumerate(grid)]
+        tuning = list(pool.map(one_run, tuning_jobs))
+        chosen = {}
+        for g, k, r in settings_of:
+            for m, grid in GRIDS.items():
+                scores = [t["validation"] for t in tuning if (t["job"]["graph"], t["job"]["noise"], t["job"]["rate"])
+                          == (g, k, r) and t["job"]["label"].startswith(f"{m} #")]
+                chosen[g, k, r, m] = grid[int(np.argmax(scores))]
+        runs_jobs = []
+        for g, k, r in settings_of:
+            for seed in seeds:
+                for m in GRIDS:
+                    runs_jobs.append(job(g, k, r, seed, m, settings_for(m, chosen[g, k, r, m], seed), "test"))
+                for step, off in ABLATION.items():
+                    if off:
+                        runs_jobs.append(job(g, k, r, seed, step,
+                                             settings_for("fedrgl", chosen[g, k, r, "fedrgl"], seed, off), "test"))
+        runs = list(pool.map(one_run, runs_jobs))
+
+    table, ablation = [], []
+    for g, k, r in settings_of:
+        def scores(label, g=g, k=k, r=r):
+            return [next(x["test"] for x in runs if (x["job"]["graph"], x["job"]["noise"], x["job"]["rate"],
+                                                     x["job"]["seed"], x["job"]["label"]) == (g, k, r, s, label))
+                    for s in seeds]
+        row = {"graph": g, "noise": f"{k} {r}", "clients": args.clients}
+        for m in GRIDS:
+            row[m] = interval(scores(m))
+            row[f"{m} chosen"] = chosen[g, k, r, m]
+        for b in BASELINES:
+            row[f"fedrgl vs {b}"] = paired(scores("fedrgl"), scores(b))
+        table.append(row)
+        steps = {**{s: s for s in ABLATION}, "+ proximal term": "fedrgl"}
+        arow, previous = {"graph": g, "noise": f"{k} {r}"}, None
+        for step, label in steps.items():
+            arow[step] = interval(scores(label))
+            if previous is not None:
+                arow[f"{step} vs previous"] = paired(scores(label), scores(previous))
+            previous = label
+        ablation.append(arow)
+
+    def cell(stat, test=None):
+        mark = "" if test is None else (" *" if test["significant"] else "")
+        return f"{stat['mean']:.3f} ± {stat['ci95']:.3f}{mark}"
+
+    print(markdown_table([{"graph": t["graph"], "noise": t["noise"], **{m: cell(t[m]) for m in BASELINES},
+                           "fedrgl": cell(t["fedrgl"]),
+                           **{f"p vs {b}": f"{t[f'fedrgl vs {b}']['p']:.3f}" for b in BASELINES}} for t in table]))
+    print(markdown_table([{"graph": a["graph"], "noise": a["noise"],
+                           **{s: cell(a[s], a.get(f"{s} vs previous")) for s in ABLATION}} for a in ablation]))
+    result = {"provenance": provenance(seed=seeds[0], threads=1), "command": " ".join(sys.argv),
+              "protocol": {"clients": args.clients, "rounds": args.rounds, "seeds": seeds, "tune_seed": args.tune_seed,
+                           "split": {"train": 0.4, "validation": 0.2, "test": 0.4}, "base": BASE, "grids": GRIDS,
+                           "ablation": ABLATION, "alpha": ALPHA},
+              "table": table, "ablation": ablation, "tuning": tuning, "runs": runs}
+    atomic_write(args.output, json.dumps(result, indent=1) + "\n")
+    plot(table, ablation, args.output.with_suffix(".png"))
     print(f"wrote {args.output}")
+
+
+def plot(table: list[dict], ablation: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for ax, rows, keys, title in ((axes[0], table, list(GRIDS), "methods (tuned on validation)"),
+                                  (axes[1], ablation, list(ABLATION), "FedRGL ablation")):
+        width = 0.8 / len(keys)
+        for i, key in enumerate(keys):
+            ax.bar(np.arange(len(rows)) + i * width, [r[key]["mean"] for r in rows], width,
+                   yerr=[r[key]["ci95"] for r in rows], label=key, capsize=2)
+        ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2, [f"{r['graph']}\n{r['noise']}" for r in rows])
+        ax.set_ylabel("test accuracy (mean, 95% CI)")
+        ax.set_ylim(0.3, 0.9)
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ and train a two-layer GCN. Methods (one strategy, :class:`GraphFL`, one ClientAp
      label-skewed client take half the weight of ten and cost 10 points at 10 clients; the
      ratio is near 1 for a client unsure between the classes it predicts, whatever their number.
 
-The true labels a client holds serve its test accuracy and the filter's diagnostics
+Hyperparameters are chosen by :func:`tune` on each client's validation nodes, whose labels
+carry the same noise as its train labels; runs evaluated ``on="validation"`` never read a test
+label. The true labels a client holds serve its test accuracy and the filter's diagnostics
 (precision, recall) and the pseudo-labels' precision in the round's metrics; nothing trains
 on them.
 """
@@ -55,6 +57,7 @@ from .workload import load_parameters, parameters_of
 
 TRAIN_ACTION = "graph"
 ENTROPY_REFERENCES = ("none", "predicted")
+EVALUATE_ON = ("test", "validation")
 
 
 @dataclass(frozen=True)
@@ -75,8 +78,8 @@ class GraphSettings:
     mu: float = 0.01  # fedprox: weight of the proximal term
     # FedRGL's own proximal term, ten times weaker than FedProx's: it keeps noisy clients from
     # drifting to their noise without slowing the warm-up that the filter then relies on
-    # (at 0.01 the global model was still at chance at round 8 on CiteSeer). Chosen on the
-    # tuning runs (seed 9, see the README); 0 is FedRGL without it.
+    # (at 0.01 the global model was still at chance at round 8 on CiteSeer). A default only:
+    # benchmarks/fl_fedrgl.py picks it per setting on noisy validation labels; 0 is FedRGL without it.
     fedrgl_mu: float = 0.001
     threshold_std: float = 0.0  # the filter's threshold: class mean + this many class standard deviations
     alpha: float = 0.5  # label propagation: weight of the neighbours
@@ -302,19 +305,26 @@ def _entropy(probs: torch.Tensor) -> torch.Tensor:
     return -(probs * torch.log(probs.clamp_min(1e-12))).sum(-1)
 
 
-def test_accuracy(model: GCN, clients: Sequence[ClientGraph]) -> dict:
-    """Accuracy of ``model`` on every client's test nodes (true labels), pooled, and its loss."""
+def test_accuracy(model: GCN, clients: Sequence[ClientGraph], on: str = "test") -> dict:
+    """Accuracy of ``model`` on every client's test nodes (true labels), pooled, and its loss;
+    ``on="validation"``: on the validation nodes against their noisy labels instead (no test label is read)."""
+    if on not in EVALUATE_ON:
+        raise ValueError(f"unknown evaluation split {on!r}; allowed: {', '.join(EVALUATE_ON)}")
     model.eval()
     correct = total = 0
     loss = 0.0
     with torch.no_grad():
         for data in clients:
+            nodes, labels = (data.test, data.labels[data.test]) if on == "test" else (data.val, data.val_noisy)
+            if not len(nodes):
+                continue
             logits = model(torch.from_numpy(data.features), normalized_adjacency(data.edges, len(data.labels)))
-            test = torch.from_numpy(data.test)
-            target = torch.from_numpy(data.labels[data.test])
-            correct += int((logits[test].argmax(1) == target).sum())
-            loss += float(F.cross_entropy(logits[test], target, reduction="sum"))
-            total += len(data.test)
+            index, target = torch.from_numpy(nodes), torch.from_numpy(labels)
+            correct += int((logits[index].argmax(1) == target).sum())
+            loss += float(F.cross_entropy(logits[index], target, reduction="sum"))
+            total += len(nodes)
+    if not total:
+        raise ValueError(f"no client has {on} nodes (client_data's {'val' if on == 'validation' else on}_fraction)")
     return {"accuracy": correct / total, "loss": loss / total}
 
 
@@ -382,9 +392,10 @@ def register_client(app: ClientApp, clients_for: Callable[[Context], Sequence[Cl
 def run_graph(settings: GraphSettings, clients: Sequence[ClientGraph], num_classes: int, rounds: int, *,
               grid: NetworkGrid | None = None, network: Network | None = None,
               deadline: Callable[[GraphFL], float] | None = None, checkpoint: str | None = None,
-              config: dict | None = None,
+              config: dict | None = None, evaluate_on: str = "test",
               on_round: Callable[[RoundRecord], None] | None = None) -> tuple[RunResult, NetworkGrid]:
-    """``settings.method`` for ``rounds`` rounds, the global model's test accuracy every round.
+    """``settings.method`` for ``rounds`` rounds, the global model's accuracy every round on
+    ``evaluate_on``: "test" (true labels) or "validation" (noisy labels: what tuning may see).
 
     It runs on ``grid`` (say, the simulated network over a Flower engine's grid, whose nodes'
     ClientApp has :func:`register_client`'s handler), else on the in-process engine over
@@ -393,6 +404,8 @@ def run_graph(settings: GraphSettings, clients: Sequence[ClientGraph], num_class
     server waits for every reply that is not lost. ``checkpoint`` is rewritten every round and
     resumed from; it records ``settings``, ``rounds``, a digest of the clients' data and
     ``config`` (say, the settings the data was built from), and a resume must match them all."""
+    if evaluate_on not in EVALUATE_ON:
+        raise ValueError(f"unknown evaluate_on {evaluate_on!r}; allowed: {', '.join(EVALUATE_ON)}")
     initial = parameters_of(build_gcn(clients[0].features.shape[1], num_classes, settings))
     biggest = max(clients, key=lambda c: len(c.labels))
     flops = settings.local_epochs * gcn_flops(len(biggest.labels), 2 * biggest.edges.shape[1] + len(biggest.labels),
@@ -405,7 +418,7 @@ def run_graph(settings: GraphSettings, clients: Sequence[ClientGraph], num_class
     timeout = deadline(strategy) if deadline is not None else None
 
     def evaluate(_, arrays):
-        return test_accuracy(gcn_like(arrays, settings), clients)
+        return test_accuracy(gcn_like(arrays, settings), clients, evaluate_on)
 
     result = run_rounds(strategy, grid, rounds, timeout=timeout, evaluate=evaluate, checkpoint=checkpoint,
                         config={**(config or {}), "method_settings": asdict(settings), "rounds": rounds,
@@ -437,3 +450,17 @@ def graph_summary(records: Sequence[RoundRecord], last: int = 5) -> dict:
             "filter_recall": float(np.mean([m["filter_recall"] for m in filtered])) if filtered else None,
             "clean_nodes": filtered[-1]["clean_nodes"] if filtered else None,
             "filtered_nodes": filtered[-1]["filtered_nodes"] if filtered else None}
+
+
+def tune(candidates: Sequence[GraphSettings], clients: Sequence[ClientGraph], num_classes: int, rounds: int,
+         last: int = 5) -> tuple[int, list[float]]:
+    """The index of the candidate with the best validation score (mean noisy-label validation
+    accuracy over its ``last`` rounds; the first on ties) and every candidate's score. Runs are
+    evaluated on validation only: no test label is read."""
+    if not candidates:
+        raise ValueError("tune needs at least one candidate")
+    scores = []
+    for settings in candidates:
+        result, _ = run_graph(settings, clients, num_classes, rounds, evaluate_on="validation")
+        scores.append(graph_summary(result.records, last)["score"])
+    return int(np.argmax(scores)), scores

@@ -9,7 +9,8 @@ stochastic block model graph; :func:`load_graph` gives either by name.
 learning: Louvain communities, largest first, each to the client that has the fewest nodes
 so far; every client keeps the subgraph its nodes induce
 (edges between clients are lost). :func:`client_data` splits each client's labelled nodes
-into train and test, and :func:`noisy_labels` corrupts the train labels.
+into train, validation and test, and :func:`noisy_labels` corrupts the train and validation
+labels alike (a client has no clean labels to tune on).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import math
 import pickle
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import networkx as nx
@@ -204,6 +205,8 @@ class ClientGraph:
     test: np.ndarray  # positions of the test nodes (true labels)
     noisy: np.ndarray  # the train labels as the client sees them (aligned with ``train``)
     noise_rate: float
+    val: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # positions of the validation nodes
+    val_noisy: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # their labels as seen (noisy)
 
     @property
     def unlabelled(self) -> np.ndarray:
@@ -213,13 +216,19 @@ class ClientGraph:
 
 
 def client_data(graph: Graph, clients: int, *, noise: str = "uniform", rate: float = 0.0, train_fraction: float = 0.4,
-                test_fraction: float = 0.4, seed: int = 0) -> list[ClientGraph]:
+                test_fraction: float = 0.4, val_fraction: float = 0.0, seed: int = 0) -> list[ClientGraph]:
     """Louvain clients of ``graph``; each client's labelled nodes split at random into train
     (``train_fraction``, labels corrupted at its rate from :func:`client_rates`), test
-    (``test_fraction``) and the rest unlabelled."""
-    if not (0 < train_fraction and 0 < test_fraction and train_fraction + test_fraction <= 1):
-        raise ValueError(f"train and test fractions must be positive and sum to at most 1, got "
-                         f"{train_fraction} and {test_fraction}")
+    (``test_fraction``, true labels), validation (``val_fraction``, labels corrupted at the same
+    rate as train, drawn independently) and the rest unlabelled. Validation takes its nodes
+    after train and test, so adding it leaves those splits and the train noise as they were."""
+    fractions = {"train_fraction": train_fraction, "test_fraction": test_fraction, "val_fraction": val_fraction}
+    for name, value in fractions.items():
+        if not 0 <= value <= 1 or (value == 0 and name != "val_fraction"):
+            raise ValueError(f"{name} must be in {'[0' if name == 'val_fraction' else '(0'}, 1], got {value}")
+    if train_fraction + test_fraction + val_fraction > 1 + 1e-9:
+        raise ValueError(f"train_fraction + test_fraction + val_fraction must be at most 1, got "
+                         f"{train_fraction} + {test_fraction} + {val_fraction}")
     parts = louvain_clients(graph, clients, seed)
     out = []
     for c, (nodes, client_rate) in enumerate(zip(parts, client_rates(rate, clients))):
@@ -227,8 +236,11 @@ def client_data(graph: Graph, clients: int, *, noise: str = "uniform", rate: flo
         labels = graph.labels[nodes]
         labelled = rng.permutation(np.flatnonzero(labels >= 0))
         n_train, n_test = round(train_fraction * len(labelled)), round(test_fraction * len(labelled))
+        n_val = round(val_fraction * len(labelled))
         train, test = np.sort(labelled[:n_train]), np.sort(labelled[n_train:n_train + n_test])
+        val = np.sort(labelled[n_train + n_test:n_train + n_test + n_val])
         noisy = noisy_labels(labels[train], client_rate, noise, graph.num_classes, rng)
+        val_noisy = noisy_labels(labels[val], client_rate, noise, graph.num_classes, rng)
         out.append(ClientGraph(graph.features[nodes], subgraph_edges(graph, nodes), labels, train, test, noisy,
-                               client_rate))
+                               client_rate, val, val_noisy))
     return out

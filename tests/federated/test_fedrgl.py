@@ -18,7 +18,9 @@ from edgekit.federated.fedrgl import (
     local_round,
     normalized_adjacency,
     run_graph,
+    tune,
 )
+from edgekit.federated.fedrgl import test_accuracy as accuracy_on  # not named test_*: pytest would collect it
 from edgekit.federated.graphs import (
     client_data,
     client_rates,
@@ -200,3 +202,53 @@ def test_local_training_keeps_the_weights_of_features_a_client_lacks():
         assert after.metrics["entropy"] <= after.metrics["predicted_entropy"] + 1e-6  # mean of H <= H of the mean
     decayed = local_round(data, start, GraphSettings(weight_decay=5e-4), server_round=1, partition=0)
     assert not np.array_equal(decayed.params["conv1.weight"][:, 16:], start["conv1.weight"][:, 16:])
+
+
+def test_validation_split_is_disjoint_and_as_noisy_as_train():
+    g = csbm(3000, 4, 16, homophily=0.85, seed=5)
+    clients = client_data(g, 2, noise="uniform", rate=0.4, val_fraction=0.2, seed=0)
+    without = client_data(g, 2, noise="uniform", rate=0.4, seed=0)
+    for c, old in zip(clients, without):
+        assert not (set(c.val) & set(c.train)) and not (set(c.val) & set(c.test))
+        labelled = len(c.train) + len(c.test) + len(c.val)
+        assert abs(len(c.val) - 0.2 * labelled) <= 1
+        # the validation labels are flipped at the client's rate, like the train labels
+        val_rate, train_rate = (c.val_noisy != c.labels[c.val]).mean(), (c.noisy != c.labels[c.train]).mean()
+        assert abs(val_rate - c.noise_rate) < 0.06 and abs(train_rate - c.noise_rate) < 0.05
+        # adding validation leaves train, test and the train noise as they were
+        assert np.array_equal(c.train, old.train) and np.array_equal(c.test, old.test)
+        assert np.array_equal(c.noisy, old.noisy) and len(old.val) == 0
+    with pytest.raises(ValueError, match="train_fraction \\+ test_fraction \\+ val_fraction must be at most 1"):
+        client_data(g, 2, val_fraction=0.3)
+    with pytest.raises(ValueError, match="val_fraction must be in \\[0, 1\\], got -0.1"):
+        client_data(g, 2, val_fraction=-0.1)
+
+
+def test_validation_scores_noisy_labels_and_never_test_labels():
+    g = csbm(400, 3, 16, homophily=0.9, signal=1.5, seed=6)
+    clients = client_data(g, 2, noise="pair", rate=0.4, val_fraction=0.2, seed=0)
+    model = build_gcn(16, 3, GraphSettings())
+    truth = [replace(c, val_noisy=c.labels[c.val]) for c in clients]
+    assert accuracy_on(model, clients, "validation") != accuracy_on(model, truth, "validation")
+    poisoned = [replace(c, labels=np.where(np.isin(np.arange(len(c.labels)), c.test), 0, c.labels)) for c in clients]
+    assert accuracy_on(model, clients, "validation") == accuracy_on(model, poisoned, "validation")
+    assert accuracy_on(model, clients) != accuracy_on(model, poisoned)  # the poison does reach the test score
+    with pytest.raises(ValueError, match="unknown evaluation split 'train'; allowed: test, validation"):
+        accuracy_on(model, clients, "train")
+    with pytest.raises(ValueError, match="no client has validation nodes"):
+        accuracy_on(model, client_data(g, 2, seed=0), "validation")
+
+
+def test_tuning_reads_no_test_label():
+    g = csbm(400, 3, 16, homophily=0.9, signal=1.2, seed=7)
+    clients = client_data(g, 2, noise="pair", rate=0.3, val_fraction=0.2, seed=0)
+    candidates = [GraphSettings(method="fedavg", lr=lr) for lr in (0.2, 0.005)]
+    best, scores = tune(candidates, clients, g.num_classes, rounds=3, last=2)
+    assert len(scores) == 2 and scores[0] != scores[1] and best == int(np.argmax(scores))
+    # test labels scrambled: the same choice, the same validation scores
+    rng = np.random.default_rng(0)
+    poisoned = [replace(c, labels=np.where(np.isin(np.arange(len(c.labels)), c.test),
+                                           rng.integers(0, 3, len(c.labels)), c.labels)) for c in clients]
+    assert tune(candidates, poisoned, g.num_classes, rounds=3, last=2) == (best, scores)
+    with pytest.raises(ValueError, match="unknown evaluate_on 'test-set'; allowed: test, validation"):
+        run_graph(candidates[0], clients, g.num_classes, 1, evaluate_on="test-set")
