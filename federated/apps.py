@@ -177,7 +177,8 @@ def deadline(settings: RunSettings, strategy: EdgeStrategy, round_flops: float) 
     """The deadline of one exchange, simulated seconds: ``settings.deadline_s``, or when 0,
     ``DEADLINE_SLACK`` times the healthy time of what the method waits for: a round of a
     global model (download, ``round_flops`` of a client's compute, upload) measured from its
-    start; a gossip payload's transfer, measured from when the receiver needs it."""
+    start; a gossip exchange's payloads, measured from when the receiver needs them (a worker
+    sends to and hears from each neighbour at once, over one uplink and one downlink)."""
     if settings.deadline_s > 0:
         return settings.deadline_s
     link = settings.network().client
@@ -189,7 +190,7 @@ def deadline(settings: RunSettings, strategy: EdgeStrategy, round_flops: float) 
 
     update = payload(strategy.update_reference, settings.compression)
     if strategy.p2p:
-        return DEADLINE_SLACK * link.nominal_seconds(update)
+        return DEADLINE_SLACK * link.nominal_seconds(max(1, strategy.fanout(settings.clients)) * update)
     compute = round_flops / settings.device_flops
     params = payload(strategy.reference, "none")
     return DEADLINE_SLACK * (link.nominal_seconds(params) + compute + link.nominal_seconds(update))

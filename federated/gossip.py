@@ -80,6 +80,17 @@ class GossipDiLoCo(EdgeStrategy):
                                              self.train_config["mix_momentum"])
         self._initial_record = to_record(self.update_reference, self.train_config["compression"])
 
+    def fanout(self, n: int) -> int:
+        """The most neighbours any of ``n`` workers sends to (and hears from) in one exchange: its
+        payloads share its uplink (and downlink), so a healthy exchange lasts this many transfers."""
+        if self.mixing == "exact":
+            return n - 1
+        degree = [0] * n
+        for a, b in graph(self.topology, n, seed=self.seed):
+            degree[a] += 1
+            degree[b] += 1
+        return max(degree, default=0)
+
     # -- a round --------------------------------------------------------------------------------
 
     def _mixing_matrix(self, grid: Grid, nodes: list[int]) -> tuple[np.ndarray, list[tuple[int, int]]]:

@@ -1,8 +1,12 @@
 """The simulated network: links with bandwidth, latency, jitter, drops and outages, and device speed.
 
 Time here is simulated seconds, never slept. A transfer of ``n`` bytes that starts at
-``t`` on a link arrives at ``t + latency + jitter + 8 n / bandwidth``, unless the link is
-down at ``t`` (an outage) or the transfer is dropped. Every random choice is a pure
+``t`` alone on a link arrives at ``t + latency + jitter + 8 n / bandwidth``, unless the link
+is down at ``t`` (an outage) or the transfer is dropped. Every device has one uplink and one
+downlink of its link's bandwidth (the server: ``server_bandwidth_bps``, unlimited by default),
+and the transfers that :meth:`Network.transfers` is given share them max-min fairly while
+they overlap (see :mod:`.sharing`): two payloads a device sends at once take twice as long.
+Latency, jitter, drops and outages stay per link; a lost transfer takes no capacity. Every random choice is a pure
 function of ``(seed, link name, what, index)``: a run is reproducible, and resuming it
 needs the counters only, no generator state.
 
@@ -18,6 +22,8 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from statistics import NormalDist
+
+from .sharing import Flow, finish_times
 
 _UNIT_NORMAL = NormalDist()
 
@@ -88,6 +94,8 @@ class Network:
     ``client`` is the link of each client to the server, ``peer`` the link of each pair of
     clients (gossip; default: the same as ``client``). ``client_overrides`` and
     ``peer_overrides`` change single links (by client index, or by a sorted index pair).
+    Client ``i``'s uplink and downlink have ``client_spec(i)``'s bandwidth, the server's have
+    ``server_bandwidth_bps`` (None: unlimited); a peer link's bandwidth caps its own transfers.
     Compute takes ``flops / device_flops`` seconds, times ``stragglers[index]`` for a
     straggling client.
     """
@@ -99,10 +107,15 @@ class Network:
     client_overrides: dict[int, LinkSpec] = field(default_factory=dict)
     peer_overrides: dict[tuple[int, int], LinkSpec] = field(default_factory=dict)
     seed: int = 0
+    server_bandwidth_bps: float | None = None
 
     def __post_init__(self):
         if not (math.isfinite(self.device_flops) and self.device_flops > 0):
             raise ValueError(f"device speed must be a positive number of FLOP/s, got {self.device_flops!r}")
+        if self.server_bandwidth_bps is not None and not (
+                math.isfinite(self.server_bandwidth_bps) and self.server_bandwidth_bps > 0):
+            raise ValueError("server bandwidth must be a positive number of bits per second (or None: unlimited), "
+                             f"got {self.server_bandwidth_bps!r}")
         for index, factor in self.stragglers.items():
             if not (math.isfinite(factor) and factor >= 1.0):
                 raise ValueError(f"straggler slowdown of client {index} must be a number >= 1, got {factor!r}")
@@ -129,13 +142,49 @@ class Network:
         return uniform(self.seed, link, "outage", math.floor(t / spec.outage_period_s)) >= spec.outage
 
     def transfer(self, link: str, direction: str, index: int, nbytes: int, start: float) -> Transfer:
-        """The ``index``-th transfer in ``direction`` on ``link``: lost, or its arrival time."""
-        spec = self.spec_of(link)
-        if not self.is_up(link, start):
-            return Transfer(link, direction, nbytes, start, None, "link down")
-        if spec.drop and uniform(self.seed, link, direction, "drop", index) < spec.drop:
-            return Transfer(link, direction, nbytes, start, None, "dropped")
-        delay = spec.nominal_seconds(nbytes)
-        if spec.jitter_s:
-            delay += spec.jitter_s * abs(_UNIT_NORMAL.inv_cdf(uniform(self.seed, link, direction, "jitter", index)))
-        return Transfer(link, direction, nbytes, start, start + delay)
+        """The ``index``-th transfer in ``direction`` on ``link``, alone on its devices' links."""
+        return self.transfers([(link, direction, index, nbytes, start)])[0]
+
+    def transfers(self, requests: list[tuple[str, str, int, int, float]]) -> list[Transfer]:
+        """Concurrent transfers, each ``(link, direction, index, nbytes, start)``: lost, or when it
+        arrives, its sender's uplink and its receiver's downlink shared with the others."""
+        results: list[Transfer | None] = [None] * len(requests)
+        sent, flows = [], []
+        for i, (link, direction, index, nbytes, start) in enumerate(requests):
+            spec = self.spec_of(link)
+            if not self.is_up(link, start):
+                results[i] = Transfer(link, direction, nbytes, start, None, "link down")
+            elif spec.drop and uniform(self.seed, link, direction, "drop", index) < spec.drop:
+                results[i] = Transfer(link, direction, nbytes, start, None, "dropped")
+            else:
+                sender, receiver = endpoints(link, direction)
+                sent.append(i)
+                flows.append(Flow(sender, receiver, 8.0 * nbytes, start, spec.bandwidth_bps))
+        devices = {d for flow in flows for d in (flow.sender, flow.receiver)}
+        capacity = {d: self.device_bandwidth(d) for d in devices}
+        for i, done in zip(sent, finish_times(flows, capacity, capacity)):
+            link, direction, index, nbytes, start = requests[i]
+            spec = self.spec_of(link)
+            arrival = done + spec.latency_s
+            if spec.jitter_s:
+                arrival += spec.jitter_s * abs(_UNIT_NORMAL.inv_cdf(uniform(self.seed, link, direction, "jitter", index)))
+            results[i] = Transfer(link, direction, nbytes, start, arrival)
+        return results
+
+    def device_bandwidth(self, device: int | str) -> float:
+        """The capacity of a device's uplink (and downlink): ``SERVER``'s or client ``device``'s."""
+        if device == SERVER:
+            return math.inf if self.server_bandwidth_bps is None else self.server_bandwidth_bps
+        return self.client_spec(device).bandwidth_bps
+
+
+SERVER = "server"
+
+
+def endpoints(link: str, direction: str) -> tuple[int | str, int | str]:
+    """(sender, receiver) of a transfer: ``SERVER`` or a client index."""
+    if link.startswith("peer"):
+        src, dst = direction.split(">")
+        return int(src), int(dst)
+    client = int(link.removeprefix("client"))
+    return (SERVER, client) if direction == "down" else (client, SERVER)

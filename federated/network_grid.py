@@ -134,18 +134,19 @@ class NetworkGrid(ExchangeGrid):
         if len(set(nodes)) != len(nodes):
             raise ValueError("a NetworkGrid exchange sends at most one message to each node")
         start = self.now
-        plans = {m.metadata.dst_node_id: self._plan(m, start, timeout) for m in messages}
+        plans = self._plan(messages, start, timeout)
         deliver = [m for m in messages if plans[m.metadata.dst_node_id].delivered]
         inner_began = time.perf_counter()
         replies = list(self.inner.send_and_receive(deliver, timeout=self.inner_timeout))
         inner_done = time.perf_counter()
-        accepted, arrivals, answered = [], [], set()
+        mine = []
         for reply in replies:
             plan = plans.get(reply.metadata.src_node_id)
-            if plan is None or not plan.delivered:
-                continue  # not a reply to this exchange
-            answered.add(plan.node)
-            arrival = self._receive(reply, plan, start, timeout)
+            if plan is not None and plan.delivered:  # else not a reply to this exchange
+                mine.append((reply, plan))
+        answered = {plan.node for _, plan in mine}
+        accepted, arrivals = [], []
+        for (reply, _), arrival in zip(mine, self._receive(mine, start, timeout)):
             if arrival is not None:
                 accepted.append(reply)
                 arrivals.append(arrival)
@@ -170,17 +171,42 @@ class NetworkGrid(ExchangeGrid):
             self._index.setdefault(node, len(self._index))
         return self._index[node]
 
-    def _transfer(self, link: str, direction: str, nbytes_: int, start: float):
-        key = f"{link}/{direction}"
-        count = self._transfers.get(key, 0)
-        self._transfers[key] = count + 1
-        return self.network.transfer(link, direction, count, nbytes_, start)
+    def _transfer_all(self, requests: list[tuple[str, str, int, float]]):
+        """Concurrent transfers ``(link, direction, nbytes, start)``, numbered per link and direction."""
+        numbered = []
+        for link, direction, size, start in requests:
+            key = f"{link}/{direction}"
+            count = self._transfers.get(key, 0)
+            self._transfers[key] = count + 1
+            numbered.append((link, direction, count, size, start))
+        return self.network.transfers(numbered)
 
     def _event(self, plan: _Plan, kind: str, reason: str, at: float, **extra) -> None:
         self.events.append({"client": plan.index, "node": plan.node, "kind": kind, "reason": reason,
                             "at": round(at, 6), **extra})
 
-    def _plan(self, message: Message, start: float, timeout: float | None) -> _Plan:
+    def _plan(self, messages: list[Message], start: float, timeout: float | None) -> dict[int, _Plan]:
+        """Every message's delivery and work; the exchange's transfers (star messages down, relayed
+        peer payloads) share their devices' links."""
+        requests, owners = [], []
+        for message in messages:
+            index = self.index_of(message.metadata.dst_node_id)
+            if message_timing(message.content)[1]:
+                for src, name in peer_sources(message.content).items():
+                    src_index = self.index_of(src)
+                    size = nbytes(message.content[name])
+                    requests.append((peer_link_name(src_index, index), f"{src_index}>{index}", size,
+                                     self.published_at.get(src, 0.0)))
+                    owners.append((message, (src, name)))
+            else:
+                requests.append((client_link_name(index), "down", nbytes(message), start))
+                owners.append((message, None))
+        transfers: dict[int, list] = {}
+        for (message, source), t in zip(owners, self._transfer_all(requests)):
+            transfers.setdefault(id(message), []).append((source, t))
+        return {m.metadata.dst_node_id: self._plan_one(m, transfers.get(id(m), []), timeout) for m in messages}
+
+    def _plan_one(self, message: Message, transfers: list, timeout: float | None) -> _Plan:
         node = message.metadata.dst_node_id
         index = self.index_of(node)
         flops, p2p, overlap = message_timing(message.content)
@@ -191,12 +217,9 @@ class NetworkGrid(ExchangeGrid):
             needed = ready + compute if overlap else ready
             deadline = None if timeout is None else max(needed, ready + timeout)
             arrivals, waited = [], []
-            for src, name in peer_sources(message.content).items():
+            for (src, name), t in transfers:
                 src_index = self.index_of(src)
-                size = nbytes(message.content[name])
-                sent = self.published_at.get(src, 0.0)
-                t = self._transfer(peer_link_name(src_index, index), f"{src_index}>{index}", size, sent)
-                _add(self.bytes.peer, (src_index, index), size)
+                _add(self.bytes.peer, (src_index, index), t.nbytes)
                 if t.arrival is None:
                     reason = t.lost
                 elif deadline is not None and t.arrival > deadline:
@@ -206,40 +229,48 @@ class NetworkGrid(ExchangeGrid):
                     continue
                 del message.content[name]
                 waited = [deadline] if deadline is not None else []  # only the deadline tells it is missing
-                self._event(plan, "peer", reason, sent, src=src_index, bytes=size, late=t.arrival is not None)
+                self._event(plan, "peer", reason, t.start, src=src_index, bytes=t.nbytes, late=t.arrival is not None)
             plan.done = max([needed, *arrivals, *waited]) + (0.0 if overlap else compute)
             self.bytes.relay += nbytes(message)
         else:
-            size = nbytes(message)
-            t = self._transfer(client_link_name(index), "down", size, start)
-            _add(self.bytes.down, index, size)
+            (_, t), = transfers
+            _add(self.bytes.down, index, t.nbytes)
             if t.arrival is None:
                 plan.delivered = False
-                self._event(plan, "down", t.lost, start, bytes=size)
+                self._event(plan, "down", t.lost, t.start, bytes=t.nbytes)
                 return plan
             plan.done = max(t.arrival, self.node_time.get(node, 0.0)) + compute
         self.node_time[node] = plan.done
         self.compute_seconds[node] = self.compute_seconds.get(node, 0.0) + compute
         return plan
 
-    def _receive(self, reply: Message, plan: _Plan, start: float, timeout: float | None) -> float | None:
-        """When the reply reaches the server, or None when it is lost or late (with an event)."""
-        size = nbytes(reply)
-        if plan.p2p:
-            self.bytes.relay += size
-            if reply.has_content() and typed_record(reply.content, PUBLISH, ArrayRecord) is not None:
-                self.published_at[plan.node] = plan.done
-            return plan.done
-        t = self._transfer(client_link_name(plan.index), "up", size, plan.done)
-        _add(self.bytes.up, plan.index, size)
-        if t.arrival is None:
-            self._event(plan, "up", t.lost, plan.done, bytes=size)
-            return None
-        if timeout is not None and t.arrival > start + timeout:
-            self._event(plan, "late", f"arrived at {t.arrival:.3f} s, past the deadline {start + timeout:.3f} s",
-                        plan.done, bytes=size)
-            return None
-        return t.arrival
+    def _receive(self, replies: list[tuple[Message, _Plan]], start: float, timeout: float | None) -> list[float | None]:
+        """When each reply reaches the server, or None when it is lost or late (with an event); the
+        star replies share the server's downlink."""
+        star = [(reply, plan) for reply, plan in replies if not plan.p2p]
+        sent = self._transfer_all([(client_link_name(plan.index), "up", nbytes(reply), plan.done)
+                                   for reply, plan in star])
+        up = {id(reply): t for (reply, _), t in zip(star, sent)}
+        arrivals = []
+        for reply, plan in replies:
+            if plan.p2p:
+                self.bytes.relay += nbytes(reply)
+                if reply.has_content() and typed_record(reply.content, PUBLISH, ArrayRecord) is not None:
+                    self.published_at[plan.node] = plan.done
+                arrivals.append(plan.done)
+                continue
+            t = up[id(reply)]
+            _add(self.bytes.up, plan.index, t.nbytes)
+            if t.arrival is None:
+                self._event(plan, "up", t.lost, plan.done, bytes=t.nbytes)
+                arrivals.append(None)
+            elif timeout is not None and t.arrival > start + timeout:
+                self._event(plan, "late", f"arrived at {t.arrival:.3f} s, past the deadline {start + timeout:.3f} s",
+                            plan.done, bytes=t.nbytes)
+                arrivals.append(None)
+            else:
+                arrivals.append(t.arrival)
+        return arrivals
 
     # -- what strategies may ask ------------------------------------------------------------
 

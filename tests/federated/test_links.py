@@ -7,8 +7,9 @@ from flwr.clientapp import ClientApp
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 
 from edgekit.federated.inproc_grid import InProcessGrid
-from edgekit.federated.links import LinkSpec, Network, uniform
+from edgekit.federated.links import SERVER, LinkSpec, Network, uniform
 from edgekit.federated.network_grid import NetworkGrid
+from edgekit.federated.sharing import Flow, fair_rates, finish_times
 from edgekit.federated.wire import (
     PUBLISH,
     TIMING,
@@ -52,6 +53,46 @@ def test_drops_jitter_and_outages_are_seeded():
     assert 0 < uniform(0, "x") < 1
 
 
+def test_concurrent_payloads_from_one_device_share_its_uplink():
+    net = Network(LinkSpec(bandwidth_bps=8e6, latency_s=0.05), device_flops=1e9)
+    alone = net.transfer("peer0-1", "0>1", 0, 1_000_000, start=0.0)
+    assert alone.arrival == pytest.approx(0.05 + 1.0)  # a payload alone is unchanged
+    two = net.transfers([("peer0-1", "0>1", 1, 1_000_000, 0.0), ("peer0-2", "0>2", 0, 1_000_000, 0.0)])
+    assert [t.arrival for t in two] == [pytest.approx(0.05 + 2.0)] * 2
+    # to two receivers from two senders: no device is shared, each goes at full speed
+    apart = net.transfers([("peer0-1", "0>1", 2, 1_000_000, 0.0), ("peer2-3", "2>3", 0, 1_000_000, 0.0)])
+    assert [t.arrival for t in apart] == [pytest.approx(1.05)] * 2
+    # a transfer that starts when the first is half done: both share from then on
+    late = net.transfers([("peer0-1", "0>1", 3, 1_000_000, 0.0), ("peer0-2", "0>2", 1, 1_000_000, 0.5)])
+    assert [t.arrival for t in late] == [pytest.approx(0.05 + 1.5), pytest.approx(0.05 + 2.0)]
+    # a lost transfer takes no capacity
+    lossy = Network(LinkSpec(8e6, 0.05), 1e9, peer_overrides={(0, 2): LinkSpec(8e6, 0.05, drop=1.0)})
+    kept, lost = lossy.transfers([("peer0-1", "0>1", 0, 1_000_000, 0.0), ("peer0-2", "0>2", 0, 1_000_000, 0.0)])
+    assert lost.lost == "dropped" and kept.arrival == pytest.approx(1.05)
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_uploads_share_a_bottleneck_server_downlink(n):
+    net = Network(LinkSpec(bandwidth_bps=8e6, latency_s=0.05), device_flops=1e9, server_bandwidth_bps=8e6)
+    ups = net.transfers([(f"client{i}", "up", 0, 1_000_000, 0.0) for i in range(n)])
+    assert [t.arrival for t in ups] == [pytest.approx(0.05 + n * 1.0)] * n
+    # with an unlimited server each client's own uplink is the limit
+    free = Network(LinkSpec(bandwidth_bps=8e6, latency_s=0.05), device_flops=1e9)
+    assert [t.arrival for t in free.transfers([(f"client{i}", "up", 0, 1_000_000, 0.0) for i in range(n)])] == \
+        [pytest.approx(1.05)] * n
+
+
+def test_max_min_fair_rates():
+    # a's uplink (6) is shared by a->x and a->y; y's downlink (2) holds a->y and b->y to 1 each,
+    # and a->x takes what a->y leaves of a's uplink: 5
+    flows = [Flow("a", "x", 1, 0), Flow("a", "y", 1, 0), Flow("b", "y", 1, 0)]
+    assert fair_rates(flows, {"a": 6, "b": 10}, {"y": 2}) == pytest.approx([5, 1, 1])
+    assert fair_rates([Flow("a", "x", 1, 0, cap=1), Flow("a", "y", 1, 0)], {"a": 6}, {}) == pytest.approx([1, 5])
+    assert finish_times([Flow("a", "x", 6, 0), Flow("a", "y", 2, 0)], {"a": 2}, {}) == pytest.approx([4, 2])
+    with pytest.raises(ValueError, match="no finite capacity"):
+        fair_rates([Flow(SERVER, SERVER, 1, 0)], {}, {})
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"bandwidth_bps": 0}, "bandwidth must be a positive number of bits per second"),
     ({"bandwidth_bps": 1e6, "latency_s": -1}, "latency must be a non-negative number of seconds"),
@@ -63,6 +104,8 @@ def test_bad_link_values(kwargs, message):
         LinkSpec(**kwargs)
     with pytest.raises(ValueError, match="straggler slowdown of client 2 must be a number >= 1"):
         Network(LinkSpec(1e6), 1e9, stragglers={2: 0.5})
+    with pytest.raises(ValueError, match="server bandwidth must be a positive number of bits per second"):
+        Network(LinkSpec(1e6), 1e9, server_bandwidth_bps=0)
 
 
 def echo_app() -> ClientApp:
@@ -99,6 +142,19 @@ def test_bytes_and_clock_from_real_payloads():
     assert grid.compute_seconds == {node: pytest.approx(0.5) for node in nodes}
     copy, size = wire_copy(messages[0])
     assert size == down[0] and np.array_equal(copy.content["arrays"]["0"].numpy(), np.ones(100, np.float32))
+
+
+def test_star_exchange_shares_the_server_link():
+    # the server's uplink carries all three requests, its downlink all three replies: the last
+    # of each ends after the three's bits at the server's rate, not after one's
+    network = Network(LinkSpec(bandwidth_bps=1e6, latency_s=0.1), device_flops=1e6, server_bandwidth_bps=1e6)
+    grid = NetworkGrid(InProcessGrid(echo_app(), 3), network)
+    messages = [Message(RecordDict({"arrays": ArrayRecord([np.ones(1000, np.float32)]),
+                                    TIMING: timing_record(compute_flops=5e5)}), node, "train", group_id="1")
+                for node in grid.get_node_ids()]
+    grid.send_and_receive(messages, timeout=None)
+    down, up = sum(grid.bytes.down.values()), sum(grid.bytes.up.values())
+    assert grid.now == pytest.approx(2 * 0.1 + 8 * (down + up) / 1e6 + 0.5, rel=1e-3)
 
 
 def flower_objects(obj) -> dict[str, bytes]:
@@ -157,7 +213,6 @@ def test_peer_to_peer_timing():
     grid = NetworkGrid(InProcessGrid(publish_app(), 3), network)
     n0, n1, n2 = grid.get_node_ids()
     payload = ArrayRecord([np.ones(1000, np.float32)])
-    transfer = 0.1 + 8 * nbytes(payload) / 1e6
 
     def message(node, peers, overlap):
         content = RecordDict({TIMING: timing_record(1e6, p2p=True, overlap=overlap)})
@@ -171,10 +226,11 @@ def test_peer_to_peer_timing():
     assert set(peer_sources(sent[0].content)) == {n1}  # the lost payload never reaches node 0
     # node 0 computes 1 s while its payloads travel, and waits for the lost one until its deadline (2 s)
     assert grid.node_time[n0] == pytest.approx(2.0)
-    # node 1 needs its payloads before it computes: they arrive after one transfer
-    assert grid.node_time[n1] == pytest.approx(transfer + 1.0)
+    # node 1 needs its payloads before it computes: the two share its downlink, so both take twice as long
+    shared = 0.1 + 2 * 8 * nbytes(payload) / 1e6
+    assert grid.node_time[n1] == pytest.approx(shared + 1.0)
     assert [(e["client"], e["src"], e["reason"]) for e in grid.events] == [(0, 2, "dropped")]
     assert grid.bytes.peer == {(1, 0): nbytes(payload), (2, 0): nbytes(payload), (0, 1): nbytes(payload),
                                (2, 1): nbytes(payload)}
-    assert grid.published_at == {n0: pytest.approx(2.0), n1: pytest.approx(transfer + 1.0)}
+    assert grid.published_at == {n0: pytest.approx(2.0), n1: pytest.approx(shared + 1.0)}
     assert grid.live_peer_edges([(n0, n1)]) == {(n0, n1)}
