@@ -325,7 +325,38 @@ def render_dcla() -> str:
     ])
 
 
-RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "dcla": render_dcla, "dnachunker": render_dnachunker, "fuzzeval": render_fuzzeval,
+def render_fedrgl() -> str:
+    data = load("fl_fedrgl.json")
+
+    def diff(test: dict) -> str:
+        star = " *" if test["significant"] else ""
+        return f"{test['difference']:+.3f} ({test['p']:.3f}){star}"
+
+    rows = [[r["graph"], r["noise"], *(pm_unicode(r[m], 3) for m in ("fedavg", "fedprox", "fedavg+cadf", "fedrgl")),
+             *(diff(r[f"fedrgl vs {m}"]) for m in ("fedavg", "fedprox", "fedavg+cadf"))] for r in data["table"]]
+    steps = ("+ pseudo-labels", "+ entropy weights", "+ proximal term")
+    ablation = []
+    for r in data["ablation"]:
+        cells = [pm_unicode(r["cadf"], 3)]
+        for step in steps:
+            test = r[f"{step} vs previous"]
+            cells.append(f"{pm_unicode(r[step], 3)} ({test['difference']:+.3f}, p {test['p']:.3f}"
+                         f"{', *' if test['significant'] else ''})")
+        ablation.append([r["graph"], r["noise"], *cells])
+    return "\n\n".join([
+        (source_line("fl_fedrgl.json", meta_of(data)) + " Test accuracy, mean ± 95% half-width over seeds "
+         f"{', '.join(map(str, data['protocol']['seeds']))}; differences are FedRGL less the baseline, with the "
+         "paired t-test's p (`*`: p < 0.05):"),
+        table(["graph", "noise", "FedAvg", "FedProx", "FedAvg+CADF", "FedRGL", "FedRGL − FedAvg (p)", "− FedProx (p)",
+               "− FedAvg+CADF (p)"], rows),
+        ("Ablation, the same seeds; each step adds one part to the one before (p: paired t-test against the previous "
+        "step):"),
+        table(["graph", "noise", "CADF (after warm-up)", "+ pseudo-labels and contrastive loss",
+               "+ entropy-weighted aggregation", "+ proximal term (= FedRGL)"], ablation),
+    ])
+
+
+RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval,
              "labbuilder": render_labbuilder, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "user-models": render_user_models}
 
