@@ -154,7 +154,7 @@ def fit(name: str, config, build: Callable, spec_for: Callable, code: str, *, di
             done = step + 1
             bar.update(1)
             if step % 10 == 0:
-                bar.set_postfix(loss=f"{value:.4g}")
+                bar.set_postfix(loss=f"{value:.4g}", refresh=False)  # shown at the next timed update
             if on_step is not None:
                 on_step(step, value)
             now = time.perf_counter()
