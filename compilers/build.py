@@ -11,7 +11,7 @@ from tvm import relax, tirx
 
 from .liftquant_kernels import GEMV_ATTR, has_avx512, specialize_cpu_gemv
 from .lower import lower
-from .schedules import KERNEL_ATTR, gpu_schedule, schedule_cpu_kernel
+from .schedules import GENERIC_CUDA, KERNEL_ATTR, gpu_schedule, schedule_cpu_kernel
 
 NVCC = "nvcc"
 
@@ -32,7 +32,7 @@ def schedule(mod, device: str, target=None):
                 if isinstance(func, tirx.PrimFunc) and func.attrs and GEMV_ATTR in func.attrs:
                     mod[gv] = specialize_cpu_gemv(func, target)
         return mod
-    target = tvm.target.Target(target) if target is not None else tvm.target.Target({"kind": "cuda"})
+    target = tvm.target.Target(target if target is not None else GENERIC_CUDA)
     for gv, func in kernels.items():
         mod[gv] = gpu_schedule(func, target).with_attr("tirx.is_scheduled", True)
     return mod

@@ -43,7 +43,7 @@ from edgekit.simulators.formats import LiftQuantFormat, get_liftquant_format
 from edgekit.simulators.liftquant import LiftQuantTensor
 from edgekit.simulators.liftquant_layout import row_bytes
 
-from .schedules import add_kernel, gpu_schedule, per_structure
+from .schedules import GENERIC_CUDA, add_kernel, gpu_schedule, per_structure
 from .tir_decode import scale_value, u32
 
 BYTE_BITS = 8
@@ -482,7 +482,7 @@ def emit_layer(bb, x, q: LiftQuantTensor, device: str, target=None, name: str = 
     if device == "cpu":
         rotate, gemv = k.rotate, cpu_gemv(q.format, k.rows, q.chunks, q.group_size, batch, target)
     else:
-        target = tvm.target.Target(target) if target is not None else tvm.target.Target({"kind": "cuda"})
+        target = tvm.target.Target(target if target is not None else GENERIC_CUDA)
         rotate, gemv = schedule_rotate_gpu(k.rotate), gpu_schedule(k.gemv, target)
     # opaque to operator fusion, so the schedules reach the binary
     rotate_gv = add_kernel(bb, rotate, f"{name}_rotate", {"tirx.is_scheduled": device == "cuda"})

@@ -103,13 +103,14 @@ def _static(dim) -> int | None:
 @relax.expr_functor.mutator
 class _LowerWeights(relax.PyExprMutator):
     def __init__(self, mod, weights: dict[str, tuple[str, np.ndarray]], plan: dict[str, str], device: str,
-                 encoded: dict | None = None):
+                 encoded: dict | None = None, target=None):
         super().__init__(mod)
         self.weights = weights  # weight variable name -> (layer, value)
         self.plan_formats = plan
         self.device = device
         self.encoded = encoded or {}  # layer -> LiftQuantTensor given by the caller (e.g. fine-tuned codes)
         self.records: dict[str, LayerRecord] = {}
+        self.target = target  # the build's TVM target, for the CUDA GEMV schedules
 
     def _param(self, expr):
         """(layer, value, transposed) if ``expr`` is a planned weight, maybe through permute_dims."""
@@ -186,7 +187,7 @@ class _LowerWeights(relax.PyExprMutator):
         layout = "bytes_major" if self.device == "cpu" else "packed"
         self.records[layer] = LayerRecord(q.format.name, op, list(shape), layout, q.numel, q.codes.nbytes,
                                           q.nbytes - q.codes.nbytes, 0, q.bits_per_weight)
-        return emit_layer(self.builder_, x2, q, self.device,
+        return emit_layer(self.builder_, x2, q, self.device, target=self.target,
                           name=f"{_symbol(q.format.name)}_{rows.shape[0]}x{rows.shape[1]}")
 
     def _conv2d(self, call, layer, value):
@@ -239,12 +240,13 @@ def _kernel_name(op: str, fmt_name: str, shape, layer: str, tensor_scale: float 
     return f"{op}_{_symbol(fmt_name)}_{'x'.join('any' if d is None else str(d) for d in shape)}"
 
 
-def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu", encoded: dict | None = None
-          ) -> LoweredModel:
+def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu", encoded: dict | None = None,
+          target=None) -> LoweredModel:
     """Swap every planned weight for packed codes + a fused decode kernel; bind the rest.
 
     ``encoded`` gives LiftQuant layers their codes (layer -> ``LiftQuantTensor``, e.g.
-    ``edgekit quantize --codes``); other LiftQuant layers are encoded here.
+    ``edgekit quantize --codes``); other LiftQuant layers are encoded here. ``target`` (the build's
+    TVM target) schedules CUDA LiftQuant GEMVs for its arch.
     """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
@@ -253,7 +255,7 @@ def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu", en
     if unplanned:
         raise ValueError(f"codes are given for layers {', '.join(unplanned)} that the plan does not code in LiftQuant")
     weights = {imported.layers[layer]: (layer, imported.params[imported.layers[layer]]) for layer in plan}
-    mutator = _LowerWeights(imported.mod, weights, plan, device, encoded)
+    mutator = _LowerWeights(imported.mod, weights, plan, device, encoded, target)
     main = mutator.visit_expr(imported.mod["main"])
     mutator.builder_.update_func(mutator.builder_.get().get_global_var("main"), main)
     mod = mutator.builder_.get()

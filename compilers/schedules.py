@@ -19,6 +19,11 @@ from tvm import s_tir
 
 from edgekit.simulators.layouts import LANES, PACKED
 
+# TVM's own default CUDA target, with the arch given: a bare {"kind": "cuda"} makes TVM query the
+# (absent) GPU and warn "Unable to detect CUDA version" on every target it parses; the
+# arch is TVM's default, so schedules are unchanged.
+GENERIC_CUDA = {"kind": "cuda", "arch": "sm_50"}
+
 KERNEL_ATTR = "edgekit.kernel"  # "dense" or "conv2d": which CPU schedule applies
 OPAQUE = 8  # TVM's kOpaque op pattern: FuseOps leaves the kernel alone, so its schedule stays
 ROWS_PER_TASK = 4

@@ -356,7 +356,9 @@ def layer_option(fn):
 @cache_dir_option
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=Path("report"),
               show_default=True, help="Report directory (index.html, report.json, report.md, plots).")
-def report(models, formats, targets, deploy_items, configs, rounds, studies, model_files, cache_dir, output):
+@click.option("-v", "--verbose", is_flag=True,
+              help="Show library warnings (TVM, ...) on the terminal too; they always go to OUTPUT/edgekit.log.")
+def report(models, formats, targets, deploy_items, configs, rounds, studies, model_files, cache_dir, output, verbose):
     """Accuracy against bit-width, latency and size per target, and the best format that fits each target.
 
     Trains or loads each model, scores it in every format, compiles it for each target
@@ -367,8 +369,10 @@ def report(models, formats, targets, deploy_items, configs, rounds, studies, mod
 
     from tqdm import tqdm
 
+    from edgekit.models.training import progress_interval
     from edgekit.simulators.files import check_output_dir
 
+    from .console import keep_log, library_log
     from .provenance import provenance
     from .report_job import check_plan, run_report
     from .report_output import REPORT_JSON, write_report
@@ -387,17 +391,18 @@ def report(models, formats, targets, deploy_items, configs, rounds, studies, mod
         check_output_dir(output, REPORT_JSON)
 
     def bar(items, desc):
-        return tqdm(items, desc=desc, leave=False, dynamic_ncols=True)
+        return tqdm(items, desc=desc, leave=False, dynamic_ncols=True, mininterval=progress_interval())
 
     start, code = time.perf_counter(), provenance(0)  # the code the run starts with: files may change while it runs
-    sections = run_job(run_report, plan, cache_dir=cache_dir, progress=bar)
+    with library_log(verbose) as log_path:
+        sections = run_job(run_report, plan, cache_dir=cache_dir, progress=bar)
     meta = {**code, "seconds": time.perf_counter() - start,
             "plan": {"models": plan.models, "formats": plan.formats, "targets": plan.targets,
                      "deploy_params": {m: plan.deploy_params[m] for m in plan.models}, "configs": plan.configs,
                       "studies": plan.studies, "model_files": [vars(m) for m in plan.model_files]}}
     with clear_errors():
         index = write_report(output, sections, meta)
-    click.echo(f"report written: {index.resolve()}")
+    click.echo(f"report written: {index.resolve()} (library warnings: {keep_log(log_path, index.parent)})")
 
 
 @main.command(name="compile")

@@ -259,8 +259,8 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
         raise PreflightError(problems)
     device = target.device
     log(f"lowering {len(plan)} layers for {target.name} ({device}) ...")
-    lowered = lower(imported, plan, device, encoded)
     tvm_tgt = tvm_target(target)
+    lowered = lower(imported, plan, device, encoded, tvm_tgt)
     log("building ...")
     try:
         executable = build(schedule(lowered.mod, device, tvm_tgt), tvm_tgt)

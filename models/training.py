@@ -12,6 +12,7 @@ a checkpoint never holds half a step); the finished model goes into the cache.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -52,6 +53,11 @@ class Trained:
     steps: int
     train_seconds: float  # over every session that trained it
     loss_history: list[float] = field(repr=False, default_factory=list)
+
+
+def progress_interval() -> float:
+    """Seconds between progress-bar updates: live on a terminal, a handful of lines when stderr is a file."""
+    return 0.1 if sys.stderr.isatty() else 30.0
 
 
 def step_rng(seed: int, step: int) -> np.random.Generator:
@@ -128,7 +134,7 @@ def fit(name: str, config, build: Callable, spec_for: Callable, code: str, *, di
     from tqdm import tqdm
 
     bar = tqdm(total=spec.steps, initial=start, desc=f"train {name}", unit="step", disable=not progress,
-               leave=False, dynamic_ncols=True)
+               leave=False, dynamic_ncols=True, mininterval=progress_interval())
     began = last_save = time.perf_counter()
     done = start
     with _StopFlag() as stop:
@@ -148,7 +154,7 @@ def fit(name: str, config, build: Callable, spec_for: Callable, code: str, *, di
             done = step + 1
             bar.update(1)
             if step % 10 == 0:
-                bar.set_postfix(loss=f"{value:.4g}")
+                bar.set_postfix(loss=f"{value:.4g}", refresh=False)  # shown at the next timed update
             if on_step is not None:
                 on_step(step, value)
             now = time.perf_counter()

@@ -70,6 +70,20 @@ def test_mixed_with_block_formats_and_cuda_source():
     assert "liftquant_16to8_96x64_gemv" in source and "liftquant_16to8_96x64_rotate" in source
 
 
+@pytest.mark.parametrize("given", [True, False], ids=["build-target", "default"])
+def test_cuda_lowering_names_the_arch_so_tvm_does_not_guess_it(given, capfd):
+    """A bare CUDA target makes TVM warn 'Unable to detect CUDA version' (from C++, on fd 2) with no GPU here."""
+    model = seeded(MLP)
+    x = torch.randn(1, 64, generator=torch.Generator().manual_seed(2))
+    target = tvm.target.Target({"kind": "cuda", "arch": "sm_90"}) if given else None
+    capfd.readouterr()
+    mod = schedule(lower(import_torch(model, (x,)), {"fc1": "liftquant_16to8"}, "cuda", target=target).mod, "cuda", target)
+    assert "Unable to detect CUDA version" not in capfd.readouterr().err
+    assert "liftquant_16to8_96x64_gemv" in {gv.name_hint for gv, _ in mod.functions_items()}
+    tvm.target.Target({"kind": "cuda"})  # the check can fail: a bare target does warn
+    assert "Unable to detect CUDA version" in capfd.readouterr().err
+
+
 def test_format_names_and_refusals():
     assert check_weight_format("liftquant:2.4") == "liftquant_24to10"
     assert check_weight_format("LiftQuant:2") == "liftquant_16to8"  # the lowest-error 2-bit configuration
