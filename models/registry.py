@@ -23,6 +23,7 @@ from . import (
     cache,
     cgmmd,
     digits,
+    directedit,
     dnachunker,
     fluxnet,
     lm,
@@ -97,6 +98,11 @@ MODELS: dict[str, ModelEntry] = {
         "scenes with held-out colour-shape combinations", tiny_clip.TinyCLIPConfig, tiny_clip.build,
         tiny_clip.train_spec, tiny_clip.evaluate, tiny_clip.example_inputs, "novel_accuracy", True,
         (tiny_clip, shape_scenes)),
+    "directedit": ModelEntry(
+        "directedit", "Small rectified-flow transformer on shape scenes with caption conditions; DirectEdit exact "
+        "Euler inversion, value injection and mask blending against plain inversion", directedit.DirectEditConfig,
+        directedit.build, directedit.train_spec, directedit.evaluate, directedit.example_inputs,
+        "edit_success_directedit", True, (directedit, shape_scenes, tiny_clip)),
 }
 
 
