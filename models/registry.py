@@ -21,7 +21,7 @@ from torch import nn
 
 from . import cache, digits, fluxnet, lm, meanflow_policy, metaworld_demos, pde, training
 from . import cgmmd, dnachunker, sudoku_mdm
-from . import shape_scenes, tiny_clip
+from . import ossd, shape_scenes, tiny_clip
 from .cache import CheckpointError
 
 
@@ -84,6 +84,11 @@ MODELS: dict[str, ModelEntry] = {
         "scenes with held-out colour-shape combinations", tiny_clip.TinyCLIPConfig, tiny_clip.build,
         tiny_clip.train_spec, tiny_clip.evaluate, tiny_clip.example_inputs, "novel_accuracy", True,
         (tiny_clip, shape_scenes)),
+    "ossd": ModelEntry(
+        "ossd", "OSSD open-vocabulary one-stage detector (FCOS-style, 64x64 shape scenes, base classes only) with "
+        "semantic distillation from the tiny CLIP, spatial distillation from a base detector and a quality head; "
+        "variant= base | semantic | spatial | quality | full", ossd.OSSDConfig, ossd.build, ossd.train_spec,
+        ossd.evaluate, ossd.example_inputs, "novel_ap50", True, (ossd, tiny_clip, shape_scenes)),
 }
 
 
