@@ -29,6 +29,7 @@ from . import (
     lm,
     meanflow_policy,
     metaworld_demos,
+    ossd,
     pde,
     shape_scenes,
     sudoku_mdm,
@@ -103,6 +104,11 @@ MODELS: dict[str, ModelEntry] = {
         "Euler inversion, value injection and mask blending against plain inversion", directedit.DirectEditConfig,
         directedit.build, directedit.train_spec, directedit.evaluate, directedit.example_inputs,
         "edit_success_directedit", True, (directedit, shape_scenes, tiny_clip)),
+    "ossd": ModelEntry(
+        "ossd", "OSSD open-vocabulary one-stage detector (FCOS-style, 64x64 shape scenes, base classes only) with "
+        "semantic distillation from the tiny CLIP, spatial distillation from a base detector and a quality head; "
+        "variant= base | semantic | spatial | quality | full", ossd.OSSDConfig, ossd.build, ossd.train_spec,
+        ossd.evaluate, ossd.example_inputs, "novel_ap50", True, (ossd, tiny_clip, shape_scenes)),
 }
 
 

@@ -44,6 +44,8 @@ NOT_YET = {
     "fluxnet_study.py": "no tiny setting yet (trains every variant on every PDE)",
     "gpu_check.py": "needs a CUDA device to run its builds",
     "liftquant_accuracy.py": "no tiny setting yet (trains the evaluation LM)",
+    "ossd.py": "trains a tiny CLIP and five detectors per seed",
+    "directedit.py": "trains the flow transformer and the edit classifier per seed",
     "phasealign.py": "no tiny setting yet",
     "sudoku_infogain.py": "no tiny setting yet",
     "usable_information.py": "one seed takes about 2 minutes",
