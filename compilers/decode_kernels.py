@@ -21,7 +21,6 @@ from .plan import block_format
 from .tir_decode import weight_value
 
 
-
 def reduction_block(fmt: str | BlockFormat, k_size: int) -> int:
     """The block a kernel's reduction is split into: the format's, or for a float baseline
     the largest divisor of ``k_size`` up to 64 (``k_size`` itself below 8)."""

@@ -11,6 +11,7 @@ A row registered with :func:`register` is seen by every consumer.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -96,19 +97,34 @@ _ROWS: dict[str, WeightFormat] = {
     **{name: _lift(f) for name, f in LIFTQUANT_FORMATS.items()},
 }
 _ALIASES: dict[str, str] = dict(ALIASES)
+_BUILT_IN = frozenset(_ROWS)
 
 
 def register(row: WeightFormat, replace: bool = False) -> WeightFormat:
-    """Add ``row`` to the table; every consumer (CLI, codecs, lowering, export) then accepts it."""
+    """Add ``row`` to the table; every consumer (CLI, codecs, lowering, export) then accepts it.
+
+    A block or LiftQuant row is also entered in its codec's table (:data:`.formats.FORMATS`,
+    :data:`.formats.LIFTQUANT_FORMATS`) under the row's name, so the codecs look it up by name.
+    """
     if row.name in _ROWS and not replace:
         raise ValueError(f"weight format {row.name!r} is already registered")
+    if row.family == "block":
+        row = dataclasses.replace(row, block=dataclasses.replace(row.block, name=row.name))
+        FORMATS[row.name] = row.block
+    elif row.family == "liftquant":
+        row = dataclasses.replace(row, liftquant=dataclasses.replace(row.liftquant, name=row.name))
+        LIFTQUANT_FORMATS[row.name] = row.liftquant
     _ROWS[row.name] = row
     return row
 
 
 def unregister(name: str) -> None:
-    """Remove a row added with :func:`register`."""
+    """Remove a row added with :func:`register` (and its codec table entry)."""
+    if name in _BUILT_IN:
+        raise ValueError(f"weight format {name!r} is built in; only registered rows can be removed")
     _ROWS.pop(name, None)
+    FORMATS.pop(name, None)
+    LIFTQUANT_FORMATS.pop(name, None)
 
 
 def weight_format_names(family: str | None = None) -> list[str]:

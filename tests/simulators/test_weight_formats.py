@@ -42,14 +42,16 @@ def test_bits_per_weight_counts_scales_and_padding():
 
 
 def test_a_registered_row_resolves_and_can_be_removed():
-    row = wf.WeightFormat("mxfp4_b16", "block", block=get_format("mxfp4@16"))
-    wf.register(row)
+    row = wf.register(wf.WeightFormat("mxfp4_b16", "block", block=get_format("mxfp4@16")))
     try:
         assert wf.resolve("MXFP4_B16") is row
         assert "mxfp4_b16" in wf.weight_format_names("block")
         with pytest.raises(ValueError, match="already registered"):
             wf.register(row)
+        with pytest.raises(ValueError, match="built in"):
+            wf.unregister("mxfp4")
         assert np.isclose(row.bits_per_weight(), 4.5)
+        assert get_format("mxfp4_b16").block_size == 16  # the codecs find it by name
     finally:
         wf.unregister("mxfp4_b16")
     with pytest.raises(ValueError, match="unknown format"):
