@@ -15,17 +15,16 @@ from dataclasses import dataclass
 from tvm import te, tirx
 
 from edgekit.simulators import BlockFormat
+from edgekit.simulators import weight_formats as wf
 
 from .plan import block_format
 from .tir_decode import weight_value
-
-FLOAT_DTYPES = {"fp32": "float32", "fp16": "float16"}
 
 
 def reduction_block(fmt: str | BlockFormat, k_size: int) -> int:
     """The block a kernel's reduction is split into: the format's, or for a float baseline
     the largest divisor of ``k_size`` up to 64 (``k_size`` itself below 8)."""
-    if isinstance(fmt, str) and fmt in FLOAT_DTYPES:
+    if isinstance(fmt, str) and wf.resolve(fmt).is_float:
         block = math.gcd(k_size, 64)
         return block if block >= 8 else k_size
     return (fmt if isinstance(fmt, BlockFormat) else block_format(fmt)).block_size
@@ -47,8 +46,8 @@ def weight_reader(fmt: str | BlockFormat, layout: str, rows: tuple, k_size: int,
     A float baseline has no blocks; its reduction is still split into blocks (of up to
     64 elements) so that every kernel shares one loop structure and one schedule.
     """
-    if isinstance(fmt, str) and fmt in FLOAT_DTYPES:
-        dtype = FLOAT_DTYPES[fmt]
+    if isinstance(fmt, str) and wf.resolve(fmt).is_float:
+        dtype = wf.resolve(fmt).dtype
         weight = te.placeholder((*rows, k_size), dtype, name="weight")
         block = reduction_block(fmt, k_size)
 

@@ -21,17 +21,17 @@ import tvm
 from tvm import relax
 
 from edgekit.simulators import quantize
+from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.layouts import PACKED, VECTOR_LAYOUT, layout_applies, to_layout
 from edgekit.simulators.liftquant import quantize as liftquant_quantize
 
 from .decode_kernels import conv2d_kernel, dense_kernel, reduction_block
 from .importer import ImportedModel
 from .liftquant_kernels import emit_layer
-from .plan import BASELINES, block_format, check_plan, is_liftquant
+from .plan import block_format, check_plan, is_liftquant
 from .schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, add_kernel, dense_lanes
 
 DEVICES = ("cpu", "cuda")
-FLOAT_BITS = {"fp32": 32, "fp16": 16}
 
 
 @dataclass
@@ -63,7 +63,7 @@ class LoweredModel:
 
 def choose_layout(fmt_name: str, device: str, row_elements: int) -> str | None:
     """On CPUs the vector layout of 4- and 6-bit codes where the rows fit it; else the simulators' bytes."""
-    if fmt_name in BASELINES:
+    if wf.resolve(fmt_name).is_float:
         return None
     if is_liftquant(fmt_name):  # Linear layers take _liftquant_dense before any layout is chosen
         raise ValueError(f"{fmt_name}: LiftQuant is lowered for Linear (matmul) weights only; "
@@ -78,9 +78,9 @@ def weight_constants(fmt_name: str, weight_rows: np.ndarray, layout: str | None)
 
     ``weight_rows`` has the reduction (input-channel) axis last.
     """
-    if fmt_name in BASELINES:
-        dtype = np.float32 if fmt_name == "fp32" else np.float16
-        stored = np.ascontiguousarray(weight_rows.astype(dtype))
+    row = wf.resolve(fmt_name)
+    if row.is_float:
+        stored = np.ascontiguousarray(weight_rows.astype(row.dtype))
         return [stored], None, {"weights": stored.size, "codes_bytes": stored.nbytes, "scales_bytes": 0,
                                 "tensor_scale_bytes": 0, "weight_bits": 8.0 * stored.nbytes / stored.size}
     fmt = block_format(fmt_name)
@@ -221,7 +221,7 @@ class _LowerWeights(relax.PyExprMutator):
 def dense_function(fmt_name: str, layout: str | None, m: int | None, n: int, k: int, tensor_scale: float | None):
     """The dense kernel of one layer (``m`` None: any batch), with what ``build.schedule`` needs to schedule it."""
     func = dense_kernel(fmt_name, layout, m, n, k, tensor_scale)
-    bits = FLOAT_BITS[fmt_name] if fmt_name in BASELINES else block_format(fmt_name).element.bits
+    bits = wf.resolve(fmt_name).element_bits
     lanes = dense_lanes(reduction_block(fmt_name, k), layout or PACKED, bits)
     return func.with_attr({KERNEL_ATTR: "dense", "edgekit.lanes": lanes,
                            "edgekit.parallel": (m or 1) * n * k >= PARALLEL_MIN_WEIGHTS})

@@ -47,16 +47,18 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 from edgekit.simulators import QuantizedTensor, quantize
+from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.codec import kernel_tables
 from edgekit.simulators.files import atomic_write
 from edgekit.simulators.liftquant import codebook_bytes
 from edgekit.simulators.liftquant import quantize as liftquant_quantize
+from edgekit.simulators.weight_formats import WeightFormat
 
 from .errors import describe_error
 from .liftquant_onnx import liftquant_weight_nodes
 from .onnx_graph import WeightSite
 from .onnx_nodes import PREFIX, DecodeBuilder, stack_last
-from .plan import block_format, check_plan, is_liftquant, plannable_layers
+from .plan import check_plan, is_liftquant, plannable_layers
 
 DEFAULT_OPSET = 18  # BitwiseAnd / BitwiseOr need opset 18
 MIN_OPSET = 18
@@ -305,31 +307,48 @@ def export_onnx_graph(onnx_model: onnx.ModelProto, plan: dict[str, str], sites: 
     return write_quantized(onnx_model, plan, sites, target, "the model")
 
 
+def _float_nodes(site: WeightSite, row: WeightFormat, weight: np.ndarray, decoded: str):
+    """The weight stored in the row's float dtype, cast to float32 in the graph."""
+    wname = site.initializer
+    stored = weight.astype(row.dtype)
+    nodes = [helper.make_node("Cast", [f"{wname}::{row.name}"], [decoded], name=f"{wname}::decode/cast",
+                              to=TensorProto.FLOAT)]
+    own = [numpy_helper.from_array(stored, f"{wname}::{row.name}")]
+    return nodes, own, _layer_entry(row.name, weight.shape, stored.nbytes, 0), 0
+
+
+def _liftquant_nodes(site: WeightSite, row: WeightFormat, weight: np.ndarray, decoded: str):
+    """LiftQuant codes and scales of the weight's rows of input channels, decoded by ``M @ c``."""
+    wname = site.initializer
+    rows = weight if site.axis == 1 else weight.T  # LiftQuant codes rows of input channels
+    lq = liftquant_quantize(np.ascontiguousarray(rows), row.liftquant)  # the encoding edgekit compile builds
+    row_name = decoded if site.axis == 1 else f"{wname}::rows"
+    nodes, own, _ = liftquant_weight_nodes(row_name, lq)
+    if site.axis != 1:
+        nodes.append(helper.make_node("Transpose", [row_name], [decoded], name=f"{wname}::decode/transpose",
+                                      perm=[1, 0]))
+    entry = _layer_entry(row.name, weight.shape, lq.codes.nbytes, lq.nbytes - lq.codes.nbytes)
+    return nodes, own, entry, codebook_bytes(lq.format)
+
+
+def _block_nodes(site: WeightSite, row: WeightFormat, weight: np.ndarray, decoded: str):
+    """Packed codes and block scales, decoded by the block format's lookup subgraph."""
+    q = quantize(weight, row.block, axis=site.axis)
+    nodes, own, _ = decode_weight_nodes(decoded, q)
+    entry = _layer_entry(row.name, weight.shape, q.codes.nbytes, q.scales.nbytes, 4 if q.format.tensor_scale else 0)
+    return nodes, own, entry, 0
+
+
+WEIGHT_DECODERS = {"float": _float_nodes, "liftquant": _liftquant_nodes, "block": _block_nodes}
+"""The decode subgraph of each weight-format family (:mod:`edgekit.simulators.weight_formats`)."""
+
+
 def _weight_nodes(site: WeightSite, fmt_name: str, weight: np.ndarray, dtype: int):
     """(nodes, initializers, layer entry, codebook bytes) that compute ``site``'s weight from its stored form."""
     wname = site.initializer
     decoded = wname if dtype == TensorProto.FLOAT else f"{wname}::float32"
-    codebook = 0
-    if fmt_name == "fp16":
-        half = weight.astype(np.float16)
-        nodes = [helper.make_node("Cast", [f"{wname}::fp16"], [decoded], name=f"{wname}::decode/cast",
-                                  to=TensorProto.FLOAT)]
-        own = [numpy_helper.from_array(half, f"{wname}::fp16")]
-        entry = _layer_entry(fmt_name, weight.shape, half.nbytes, 0)
-    elif is_liftquant(fmt_name):
-        rows = weight if site.axis == 1 else weight.T  # LiftQuant codes rows of input channels
-        lq = liftquant_quantize(np.ascontiguousarray(rows), fmt_name)  # the encoding edgekit compile builds
-        row_name = decoded if site.axis == 1 else f"{wname}::rows"
-        nodes, own, _ = liftquant_weight_nodes(row_name, lq)
-        if site.axis != 1:
-            nodes.append(helper.make_node("Transpose", [row_name], [decoded], name=f"{wname}::decode/transpose",
-                                          perm=[1, 0]))
-        entry = _layer_entry(fmt_name, weight.shape, lq.codes.nbytes, lq.nbytes - lq.codes.nbytes)
-        codebook = codebook_bytes(lq.format)
-    else:
-        q = quantize(weight, block_format(fmt_name), axis=site.axis)
-        nodes, own, _ = decode_weight_nodes(decoded, q)
-        entry = _layer_entry(fmt_name, weight.shape, q.codes.nbytes, q.scales.nbytes, 4 if q.format.tensor_scale else 0)
+    row = wf.resolve(fmt_name)
+    nodes, own, entry, codebook = WEIGHT_DECODERS[row.family](site, row, weight, decoded)
     if decoded != wname:  # the graph reads the weight in its own dtype (float16, bfloat16)
         nodes.append(helper.make_node("Cast", [decoded], [wname], name=f"{wname}::decode/cast_back", to=dtype))
     return nodes, own, entry, codebook
@@ -350,7 +369,7 @@ def write_quantized(onnx_model: onnx.ModelProto, plan: dict[str, str], sites: di
         site = sites[layer]
         init = inits[site.initializer]
         weight = numpy_helper.to_array(init).astype(np.float32)
-        if fmt_name == "fp32":
+        if wf.resolve(fmt_name).dtype == "float32":  # stored as it is: nothing to decode
             layers[layer] = _layer_entry(fmt_name, weight.shape, weight.nbytes, 0)
             continue
         nodes, own, layers[layer], codebook = _weight_nodes(site, fmt_name, weight, init.data_type)

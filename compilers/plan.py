@@ -13,46 +13,31 @@ from collections.abc import Iterable, Mapping
 
 from torch import nn
 
-from edgekit.simulators import BlockFormat, format_names, get_format
-from edgekit.simulators.formats import LIFTQUANT_PREFIX
-from edgekit.simulators.liftquant_codebooks import parse_liftquant
+from edgekit.simulators import BlockFormat
+from edgekit.simulators import weight_formats as wf
 
-BASELINES = ("fp32", "fp16")
+BASELINES = tuple(wf.weight_format_names("float"))
 PLANNED_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
 
 
 def weight_format_names() -> list[str]:
-    """Every name a plan entry may hold."""
-    return list(BASELINES) + format_names()
+    """Every fixed name a plan entry may hold (the weight-format table's)."""
+    return wf.weight_format_names()
 
 
 def check_weight_format(name: str) -> str:
     """The canonical name of a plan entry (``mxfp8`` -> ``mxfp8_e4m3``), or a clear error."""
-    if not isinstance(name, str):
-        raise ValueError(f"format must be a string; allowed: {', '.join(weight_format_names())}")  # noqa: TRY004 (the CLI reports ValueErrors)
-    text = name.strip().lower()
-    if text in BASELINES:
-        return text
-    if text.startswith("liftquant"):  # liftquant:2.4, liftquant:24to10, liftquant_24to10
-        return parse_liftquant(text).name
-    try:
-        fmt = get_format(text)
-    except ValueError as err:
-        if "unknown format" not in str(err):
-            raise
-        raise ValueError(f"unknown format {name!r}; allowed: {', '.join(weight_format_names())}, "
-                         "liftquant:BITS (e.g. liftquant:2.4) or liftquant_DtoD (see `edgekit formats`)") from None
-    return fmt.name + (f"@{fmt.block_size}" if "@" in text else "")
+    return wf.canonical_name(name)
 
 
 def block_format(name: str) -> BlockFormat | None:
-    """The simulators' format of a plan entry; None for the float baselines."""
-    return None if name in BASELINES else get_format(name)
+    """The simulators' block format of a plan entry; None for the float and LiftQuant rows."""
+    return wf.resolve(name).block
 
 
 def is_liftquant(name: str) -> bool:
     """Whether a (checked) plan entry is a LiftQuant configuration rather than a block format."""
-    return name.startswith(LIFTQUANT_PREFIX)
+    return wf.resolve(name).family == "liftquant"
 
 
 def plannable_layers(model: nn.Module) -> dict[str, nn.Module]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from edgekit.simulators import FORMATS
-from edgekit.simulators.formats import LIFTQUANT_FORMATS
+from edgekit.simulators.weight_formats import weight_formats
 
 
 def format_rows() -> list[dict]:
     rows = []
-    for name, f in FORMATS.items():
+    for row in weight_formats("block"):
+        name, f = row.name, row.block
         e = f.element
         rows.append({
             "format": name,
@@ -22,7 +22,8 @@ def format_rows() -> list[dict]:
             "Inf": "yes" if e.kind == "float" and e.inf else "no",
             "description": f.description,
         })
-    for name, f in LIFTQUANT_FORMATS.items():
+    for row in weight_formats("liftquant"):
+        name, f = row.name, row.liftquant
         rows.append({
             "format": name,
             "element": f"{f.lifted} signs per {f.chunk} weights",

@@ -13,8 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgekit.simulators import BlockFormat, get_format, liftquant, quantize, quantize_dequantize
-from edgekit.simulators.formats import LIFTQUANT_PREFIX, LiftQuantFormat, get_liftquant_format
+from edgekit.simulators import BlockFormat, liftquant, quantize, quantize_dequantize
+from edgekit.simulators import weight_formats as wf
+from edgekit.simulators.formats import LiftQuantFormat
 
 QUANTIZED_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
 
@@ -24,13 +25,18 @@ def quantizable_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: m.weight for name, m in model.named_modules() if isinstance(m, QUANTIZED_LAYERS)}
 
 
+def weight_format(format: str | BlockFormat | LiftQuantFormat) -> wf.WeightFormat:
+    """The weight-format row of a name or of a simulators' format description."""
+    if isinstance(format, BlockFormat):
+        return wf.WeightFormat(format.name, "block", block=format)
+    if isinstance(format, LiftQuantFormat):
+        return wf.WeightFormat(format.name, "liftquant", liftquant=format)
+    return wf.resolve(format)
+
+
 def liftquant_format(format) -> LiftQuantFormat | None:
     """The LiftQuant configuration ``format`` names, or None for a block format."""
-    if isinstance(format, LiftQuantFormat):
-        return format
-    if isinstance(format, str) and format.strip().lower().startswith(LIFTQUANT_PREFIX):
-        return get_liftquant_format(format)
-    return None
+    return weight_format(format).liftquant
 
 
 def uncoded_layers(model: nn.Module, format) -> list[str]:
@@ -61,16 +67,13 @@ def quantized_copy(model: nn.Module, format: str | BlockFormat | LiftQuantFormat
     default search), the same encoding ``edgekit compile --format liftquant:B`` builds.
     Biases and other parameters stay in float32.
     """
-    lifted = liftquant_format(format)
-    if lifted is not None:
-        check_codable(model, lifted.name)
-    fmt = None if lifted else get_format(format)
+    row = weight_format(format)
+    check_codable(model, row.name)
+    fake_quant = FAKE_QUANT[row.family]
     out = copy.deepcopy(model)
     with torch.no_grad():
         for weight in quantizable_weights(out).values():
-            w = _rows(weight)
-            coded = liftquant.quantize(w, lifted).dequantize() if lifted else quantize_dequantize(w, fmt, axis=1)
-            weight.copy_(torch.from_numpy(coded))
+            weight.copy_(torch.from_numpy(fake_quant(_rows(weight), row)))
     return out
 
 
@@ -83,10 +86,23 @@ def bits_per_weight(model: nn.Module, format: str | BlockFormat | LiftQuantForma
     if format is None:
         return 32.0
     tensors = [_rows(w) for w in quantizable_weights(model).values()]
-    lifted = liftquant_format(format)
-    if lifted is not None:
-        check_codable(model, lifted.name)
-        stored = sum(liftquant.layer_nbytes(lifted, w.shape) for w in tensors) + liftquant.codebook_bytes(lifted)
-    else:
-        stored = sum(quantize(w, get_format(format), axis=1).nbytes for w in tensors)
+    row = weight_format(format)
+    check_codable(model, row.name)
+    stored = STORED_BYTES[row.family](tensors, row)
     return 8.0 * stored / sum(w.size for w in tensors)
+
+
+FAKE_QUANT = {
+    "float": lambda w, row: w.astype(row.dtype).astype(np.float32),
+    "block": lambda w, row: quantize_dequantize(w, row.block, axis=1),
+    "liftquant": lambda w, row: liftquant.quantize(w, row.liftquant).dequantize(),
+}
+"""Each weight-format family's values of rows of weights (blocks along axis 1)."""
+
+STORED_BYTES = {
+    "float": lambda tensors, row: sum(w.size for w in tensors) * np.dtype(row.dtype).itemsize,
+    "block": lambda tensors, row: sum(quantize(w, row.block, axis=1).nbytes for w in tensors),
+    "liftquant": lambda tensors, row: (sum(liftquant.layer_nbytes(row.liftquant, w.shape) for w in tensors)
+                                       + liftquant.codebook_bytes(row.liftquant)),
+}
+"""Each weight-format family's stored bytes of rows of weights, every scale (and LiftQuant's codebook) included."""

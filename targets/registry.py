@@ -34,7 +34,7 @@ DEVICES = ("cpu", "cuda")
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8", "int4")
 """Keys of ``peak_ops``: the arithmetic precisions peak throughput is quoted for."""
 BASELINE_FORMATS = ("fp32", "fp16")
-"""Formats ``native_formats`` may name besides :func:`edgekit.simulators.format_names`."""
+"""Deprecated: the float rows of :mod:`edgekit.simulators.weight_formats`, which ``native_formats`` checks against."""
 
 _CUDA_ARCH = re.compile(r"sm_\d+[af]?")
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}
@@ -225,9 +225,9 @@ def _load_file(path: str | Path) -> HardwareTarget:
     if not isinstance(formats, list) or not all(isinstance(f, str) for f in formats):
         raise bad("native_formats", f"must be a list of format names, got {formats!r}")
     if formats:
-        from edgekit.simulators import format_names
+        from edgekit.simulators.weight_formats import weight_format_names
 
-        allowed = [*format_names(), *BASELINE_FORMATS]
+        allowed = [*weight_format_names("block"), *weight_format_names("float")]
         for f in formats:
             if f not in allowed:
                 raise bad("native_formats", f"unknown format {f!r}; allowed: {', '.join(allowed)}")
