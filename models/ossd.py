@@ -23,6 +23,7 @@ on base scenes, with the whole 36-name vocabulary in both.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -268,26 +269,26 @@ def sigmoid_focal(logits: torch.Tensor, targets: torch.Tensor, alpha: float = 0.
     return ((alpha * targets + (1 - alpha) * (1 - targets)) * (1 - pt) ** gamma * ce).sum()
 
 
-def frozen_parts(config: OSSDConfig):
-    """(tiny CLIP, base-class teacher or None), both trained through the zoo's cache and frozen."""
-    from . import registry  # the zoo registers this module; imported here, when training starts
-
-    clip = registry.train("tiny_clip", config.clip_config()).model.eval().requires_grad_(False)
+def frozen_parts(config: OSSDConfig, zoo_train: Callable):
+    """(tiny CLIP, base-class teacher or None), both trained by ``zoo_train(name, config)`` (the zoo's
+    ``registry.train``, handed in by the registry so that this module does not import it) and frozen."""
+    clip = zoo_train("tiny_clip", config.clip_config()).model.eval().requires_grad_(False)
     teacher = None
     if config.parts[1]:
-        teacher = registry.train("ossd", config.teacher_config()).model.eval().requires_grad_(False)
+        teacher = zoo_train("ossd", config.teacher_config()).model.eval().requires_grad_(False)
     return clip, teacher
 
 
-def train_spec(config: OSSDConfig) -> TrainSpec:
+def train_spec(config: OSSDConfig, zoo_train: Callable) -> TrainSpec:
     """AdamW on focal classification over base classes, IoU box loss, plus each part the variant switches on;
-    every step renders fresh base scenes (no held-out combination is ever seen)."""
+    every step renders fresh base scenes (no held-out combination is ever seen). ``zoo_train`` trains the
+    frozen tiny CLIP and teacher through the zoo's cache."""
     semantic, spatial, quality = config.parts
     state = {}
 
     def loss(model, rng, step):
         if not state:
-            state["clip"], state["teacher"] = frozen_parts(config)
+            state["clip"], state["teacher"] = frozen_parts(config, zoo_train)
             with torch.no_grad():
                 model.text.copy_(class_text(state["clip"], CLASSES))
         images, targets = scene_batch(stream(config, TRAIN_STREAM), step * config.batch, config.batch, "base",

@@ -107,7 +107,8 @@ MODELS: dict[str, ModelEntry] = {
     "ossd": ModelEntry(
         "ossd", "OSSD open-vocabulary one-stage detector (FCOS-style, 64x64 shape scenes, base classes only) with "
         "semantic distillation from the tiny CLIP, spatial distillation from a base detector and a quality head; "
-        "variant= base | semantic | spatial | quality | full", ossd.OSSDConfig, ossd.build, ossd.train_spec,
+        "variant= base | semantic | spatial | quality | full", ossd.OSSDConfig, ossd.build,
+        lambda config: ossd.train_spec(config, train),  # its CLIP and teacher train through the zoo
         ossd.evaluate, ossd.example_inputs, "novel_ap50", True, (ossd, tiny_clip, shape_scenes)),
 }
 
