@@ -23,6 +23,8 @@ import re
 import sys
 from pathlib import Path
 
+from edgekit.output import markdown_table
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -40,15 +42,13 @@ def meta_of(data: dict) -> dict:
     return {**data["provenance"], **({"command": data["command"]} if "command" in data else {})}
 
 
-def pm(stat: dict, digits: int = 3) -> str:
-    """``mean +- 95% half-width`` of a ``seed_stats.interval`` record."""
-    return f"{stat['mean']:.{digits}f} +- {stat['ci95']:.{digits}f}"
+def pm(stat: dict, digits: int = 3, sign: str = "+-") -> str:
+    """``mean +- 95% half-width`` of a ``seed_stats.interval`` record (pages differ in the sign they print)."""
+    return f"{stat['mean']:.{digits}f} {sign} {stat['ci95']:.{digits}f}"
 
 
 def table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+    return markdown_table([dict(zip(header, row, strict=True)) for row in rows], header)
 
 
 def source_line(file: str, meta: dict) -> str:
@@ -195,15 +195,11 @@ def render_phasealign() -> str:
     ])
 
 
-def pm_unicode(stat: dict, digits: int) -> str:
-    return f"{stat['mean']:.{digits}f} ± {stat['ci95']:.{digits}f}"
-
-
 def render_dnachunker() -> str:
     data = load("dnachunker.json")
     columns = [("masked_accuracy", 3), ("mean_chunk", 2), ("chunk_in_motif", 2), ("chunk_in_repeat", 2),
                ("chunk_in_background", 2), ("snp_far_moves", 3), ("insertion_far_moves", 3)]
-    rows = [[r["variant"], f"{r['lr']:g}", *(pm_unicode(r[key], digits) for key, digits in columns)]
+    rows = [[r["variant"], f"{r['lr']:g}", *(pm(r[key], digits, "±") for key, digits in columns)]
             for r in data["rows"]]
     return "\n\n".join([
         source_line("dnachunker.json", meta_of(data)) + f" Seeds {', '.join(map(str, data['seeds']))}.",
@@ -215,7 +211,7 @@ def render_dnachunker() -> str:
 def render_labbuilder() -> str:
     data = load("labbuilder.json")
     keys = ("collision_rate", "out_of_bounds_rate", "weighted_safety_violations", "reachable_step_fraction")
-    rows = [[method, *(pm_unicode(stats[k], 3) for k in keys)] for method, stats in data["summary"].items()]
+    rows = [[method, *(pm(stats[k], 3, "±") for k in keys)] for method, stats in data["summary"].items()]
     return "\n\n".join([
         source_line("labbuilder.json", meta_of(data)) + f" {data['specs_per_seed']} specifications per seed, "
         f"{data['iterations']} iterations.",
@@ -232,7 +228,7 @@ def render_nemo() -> str:
     for condition, stat in data["summary"]["accuracy"].items():
         label = NEMO_LABELS.get(condition) or (f"{condition} ({data['candidates']} candidates)"
                                                if condition in ("self_consistency", "mbr") else condition)
-        rows.append([label, pm_unicode(stat, 3), ", ".join(f"{v:.3f}" for v in stat["per_seed"])])
+        rows.append([label, pm(stat, 3, "±"), ", ".join(f"{v:.3f}" for v in stat["per_seed"])])
     return "\n\n".join([source_line("nemo.json", meta_of(data)), table(["condition", "accuracy", "per seed"], rows)])
 
 
@@ -243,7 +239,7 @@ def render_fuzzeval() -> str:
              f"{data['candidates_per_problem']} candidates each, {data['splits']} splits, delta {data['delta']}."]
     for split, by_eps in data["summary"].items():
         for eps in sorted(by_eps, key=float, reverse=True):
-            rows = [[method, *(pm_unicode(stats[k], 3) for k in keys)] for method, stats in by_eps[eps].items()]
+            rows = [[method, *(pm(stats[k], 3, "±") for k in keys)] for method, stats in by_eps[eps].items()]
             parts += [f"Split over {split}s, epsilon = {float(eps):g}:",
                       table(["method", "P(test FDR > epsilon)", "test FDR", "selection rate",
                              "recall of correct programs"], rows)]
@@ -254,7 +250,7 @@ def render_cgmmd() -> str:
     data = load("cgmmd.json")
 
     def cell(row, key, digits):
-        return pm_unicode(row[key], digits) if key in row else "–"
+        return pm(row[key], digits, "±") if key in row else "–"
 
     synthetic = [[r["task"], r["method"], f"{r['lr']:g}", cell(r, "cond_mmd", 3), cell(r, "w1", 3),
                   cell(r, "std_error", 3), cell(r, "mode_coverage", 2), f"{min(r['latency_ms']['values']):.2f}"]
@@ -332,15 +328,15 @@ def render_fedrgl() -> str:
         star = " *" if test["significant"] else ""
         return f"{test['difference']:+.3f} ({test['p']:.3f}){star}"
 
-    rows = [[r["graph"], r["noise"], *(pm_unicode(r[m], 3) for m in ("fedavg", "fedprox", "fedavg+cadf", "fedrgl")),
+    rows = [[r["graph"], r["noise"], *(pm(r[m], 3, "±") for m in ("fedavg", "fedprox", "fedavg+cadf", "fedrgl")),
              *(diff(r[f"fedrgl vs {m}"]) for m in ("fedavg", "fedprox", "fedavg+cadf"))] for r in data["table"]]
     steps = ("+ pseudo-labels", "+ entropy weights", "+ proximal term")
     ablation = []
     for r in data["ablation"]:
-        cells = [pm_unicode(r["cadf"], 3)]
+        cells = [pm(r["cadf"], 3, "±")]
         for step in steps:
             test = r[f"{step} vs previous"]
-            cells.append(f"{pm_unicode(r[step], 3)} ({test['difference']:+.3f}, p {test['p']:.3f}"
+            cells.append(f"{pm(r[step], 3, '±')} ({test['difference']:+.3f}, p {test['p']:.3f}"
                          f"{', *' if test['significant'] else ''})")
         ablation.append([r["graph"], r["noise"], *cells])
     return "\n\n".join([
