@@ -119,12 +119,19 @@ def memory_child(name: str, n: int, queue) -> None:
     queue.put((max(quant_extra, 0), max(dequant_extra, 0)))
 
 
-def measure_memory(name: str, n: int) -> tuple[int, int]:
+def in_child(target, *args, env: dict | None = None, timeout: float = 600):
+    """``target(*args, queue)`` in a fresh spawned process (with ``env`` added to its environment); what it puts."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=memory_child, args=(name, n, queue))
-    proc.start()
-    result = queue.get(timeout=600)
+    saved = dict(os.environ)
+    os.environ.update(env or {})  # a spawned child starts with a copy of this environment
+    try:
+        proc = ctx.Process(target=target, args=(*args, queue))
+        proc.start()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    result = queue.get(timeout=timeout)
     proc.join()
     return result
 
@@ -148,23 +155,6 @@ def codec_child(n: int, repeats: int, queue) -> None:
     queue.put(out)
 
 
-def measure_codecs(isa: str, n: int, repeats: int) -> dict:
-    """``codec_child`` in a fresh process whose Numba compiles for ``isa``."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    saved = dict(os.environ)
-    os.environ.update(ISA_ENV[isa])  # a spawned child starts with a copy of this environment
-    try:
-        proc = ctx.Process(target=codec_child, args=(n, repeats, queue))
-        proc.start()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    result = queue.get(timeout=3600)
-    proc.join()
-    return result
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log2n", type=int, default=26)
@@ -184,7 +174,7 @@ def main():
     codecs = {}
     for isa in args.isas:
         print(f"codecs compiled for {isa} ...", flush=True)
-        codecs[isa] = measure_codecs(isa, n, args.repeats)
+        codecs[isa] = in_child(codec_child, n, args.repeats, env=ISA_ENV[isa], timeout=3600)
     x = np.random.default_rng(0).standard_normal((n // ROW, ROW), dtype=np.float32)
     xt = torch.from_numpy(x)
     rows = []
@@ -207,7 +197,7 @@ def main():
             "x ml_dtypes": t_cast / t_q,
         })
         if not args.skip_memory:
-            quant_extra, dequant_extra = measure_memory(name, n)
+            quant_extra, dequant_extra = in_child(memory_child, name, n)
             row["quantize extra memory % of input"] = 100 * quant_extra / x.nbytes
             row["dequantize extra memory % of input"] = 100 * dequant_extra / x.nbytes
         rows.append(row)
