@@ -36,10 +36,10 @@ import ml_dtypes
 import numpy as np
 import torch
 
-from edgekit.provenance import provenance, require_clean_tree
 from edgekit.simulators import FORMATS, dequantize, quantize
-from edgekit.simulators.files import atomic_write
-from edgekit.simulators.parallel import thread_count
+from edgekit.utils.files import atomic_write
+from edgekit.utils.parallel import thread_count
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 ROW = 4096
 # Numba compiles for NUMBA_CPU_NAME with NUMBA_CPU_FEATURES; both are read when Numba is imported.

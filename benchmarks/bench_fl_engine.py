@@ -33,9 +33,9 @@ from edgekit.federated.apps import RunSettings, run_in_process
 from edgekit.federated.workload import Workload
 from edgekit.fl_job import workload_for
 from edgekit.models import digits
-from edgekit.output import markdown_table
-from edgekit.provenance import provenance
-from edgekit.simulators.files import atomic_write
+from edgekit.utils.files import atomic_write
+from edgekit.utils.output import markdown_table
+from edgekit.utils.provenance import provenance
 
 
 class TrainingClock:

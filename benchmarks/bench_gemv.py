@@ -364,7 +364,7 @@ def main():
     if args.rounds < 7:
         parser.error("--rounds must be at least 7")
 
-    from edgekit.provenance import provenance, require_clean_tree
+    from edgekit.utils.provenance import provenance, require_clean_tree
 
     require_clean_tree(args.allow_dirty)
     before = provenance(args.seed, threads=args.threads)  # the load average before the run
@@ -375,8 +375,8 @@ def main():
 
     import torch
 
-    from edgekit.output import atomic_write, json_safe, markdown_table
     from edgekit.targets import tvm_target
+    from edgekit.utils.output import atomic_write, json_safe, markdown_table
 
     torch.set_num_threads(args.threads)
     sample_s = args.sample_ms / 1e3

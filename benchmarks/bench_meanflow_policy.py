@@ -162,8 +162,8 @@ def main():
     configure_tvm_threads(args.threads)  # before TVM's pool starts
     import torch
 
-    from edgekit.output import atomic_write, json_safe, markdown_table
-    from edgekit.provenance import provenance
+    from edgekit.utils.output import atomic_write, json_safe, markdown_table
+    from edgekit.utils.provenance import provenance
 
     torch.set_num_threads(args.threads)
     memory = memory_table(args.memory_batch, args.memory_steps, args.threads)

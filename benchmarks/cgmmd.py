@@ -21,7 +21,7 @@ import torch
 from seed_stats import interval
 
 from edgekit.models import cgmmd, cgmmd_data, registry
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 PANEL_METRIC = {"bimodal": "w1", "heteroscedastic": "w1", "ring": "w1", "denoise": "psnr", "superres": "psnr"}
 

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from edgekit.models import comparison_oracle as co
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 NS = [4, 8, 16, 32, 64, 128]
 EPSILONS = [0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002]

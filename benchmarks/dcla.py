@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.models import dcla
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 GRIDS = {"toy": {"step": [0.005, 0.01, 0.02, 0.05], "smoothing": [0.01, 0.05, 0.2]},
          "deconvolution": {"step": [2.5e-4, 5e-4, 1e-3, 2e-3], "smoothing": [0.005, 0.02, 0.1]}}

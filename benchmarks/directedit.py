@@ -20,7 +20,7 @@ import torch
 from seed_stats import interval
 
 from edgekit.models import directedit, registry
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 
 def plot(summary: dict, path: Path) -> None:

@@ -22,7 +22,7 @@ import torch
 from seed_stats import interval
 
 from edgekit.models import dnachunker, registry
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 REGIONS = ("motif", "repeat", "background")
 

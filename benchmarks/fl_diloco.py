@@ -47,7 +47,7 @@ def one_run(job: dict, done_dir: Path) -> dict:
     """One run's report sections; kept in ``done_dir`` so an interrupted grid resumes where it stopped."""
     from edgekit.federated.apps import RunSettings, run_in_process
     from edgekit.fl_job import report_sections, workload_for
-    from edgekit.simulators.files import atomic_write
+    from edgekit.utils.files import atomic_write
 
     kept = done_dir / f"{run_name(job)}.json"
     settings = RunSettings(**job)
@@ -87,7 +87,7 @@ def goal_check(runs: list[dict]) -> list[dict]:
 def loss_grid_plot(runs: list[dict], path: Path) -> None:
     from edgekit.fl_job import run_label
     from edgekit.plots import plt
-    from edgekit.simulators.files import atomic_write
+    from edgekit.utils.files import atomic_write
 
     bandwidths = sorted({r["settings"]["bandwidth-bps"] for r in runs})
     conditions = [c for c in CONDITIONS if any(condition_of(r) == c for r in runs)]
@@ -150,9 +150,9 @@ def main():
         runs = list(pool.map(one_run, jobs, [done_dir] * len(jobs)))
 
     from edgekit.fl_job import fl_plot, render_summary, run_label
-    from edgekit.output import markdown_table
-    from edgekit.provenance import provenance
-    from edgekit.simulators.files import atomic_write
+    from edgekit.utils.files import atomic_write
+    from edgekit.utils.output import markdown_table
+    from edgekit.utils.provenance import provenance
 
     table, goal = render_summary(runs), goal_check(runs)
     print(markdown_table(table))

@@ -64,7 +64,7 @@ def one_run(job: dict) -> dict:
 
     from edgekit.federated.fedrgl import GraphSettings, gcn_like, graph_summary, run_graph, test_accuracy
     from edgekit.federated.graphs import client_data, load_graph
-    from edgekit.simulators.files import atomic_write
+    from edgekit.utils.files import atomic_write
 
     kept = Path(job["dir"]) / f"{hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]}.json"
     if kept.exists() and (saved := json.loads(kept.read_text()))["job"] == job:
@@ -105,9 +105,9 @@ def main():
     parser.add_argument("--allow-dirty", action="store_true")
     args = parser.parse_args()
     from edgekit.federated.choices import NOISES, PLANETOID
-    from edgekit.output import markdown_table
-    from edgekit.provenance import provenance, require_clean_tree
-    from edgekit.simulators.files import atomic_write
+    from edgekit.utils.files import atomic_write
+    from edgekit.utils.output import markdown_table
+    from edgekit.utils.provenance import provenance, require_clean_tree
 
     require_clean_tree(args.allow_dirty)
     graphs = args.graphs.split(",")

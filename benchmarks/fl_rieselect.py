@@ -50,7 +50,7 @@ def one_run(job: dict, done_dir: Path) -> dict:
 
     from edgekit.federated.rieselect import ContinualSettings, run_continual
     from edgekit.fl_job import continual_lm_workload
-    from edgekit.simulators.files import atomic_write
+    from edgekit.utils.files import atomic_write
 
     tuned = (f"_w{job['risk_weight']}_growth{job['growth']}_overlap{job['overlap_weight']}" if "growth" in job
              else "_coordinated" if job.get("coordinated") else "")
@@ -95,9 +95,9 @@ def main():
             for seed in args.seeds.split(",") for selection in SELECTIONS]
     runs = [one_run(job, done_dir) for job in jobs]
 
-    from edgekit.output import markdown_table
-    from edgekit.provenance import provenance
-    from edgekit.simulators.files import atomic_write
+    from edgekit.utils.files import atomic_write
+    from edgekit.utils.output import markdown_table
+    from edgekit.utils.provenance import provenance
 
     rows = []
     for selection in SELECTIONS:

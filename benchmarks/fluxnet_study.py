@@ -46,8 +46,8 @@ def main():
     import torch
 
     from edgekit.models.registry import train
-    from edgekit.output import atomic_write, json_safe, markdown_table
-    from edgekit.provenance import provenance
+    from edgekit.utils.output import atomic_write, json_safe, markdown_table
+    from edgekit.utils.provenance import provenance
 
     configs = []
     for name in args.pdes.split(","):

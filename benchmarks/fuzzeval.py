@@ -27,7 +27,7 @@ import numpy as np
 from edgekit.models.fuzzeval import METHODS, disagreements, evaluate_selection, score_problems
 from edgekit.models.humaneval import load_problems
 from edgekit.models.sandbox import isolation_layers
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 
 def summarise(per_seed: list[dict], key: str) -> dict:

@@ -48,13 +48,13 @@ from seed_stats import interval
 from threadpoolctl import threadpool_limits
 
 from edgekit.models import digits, lm, registry
-from edgekit.provenance import provenance, require_clean_tree
 from edgekit.quantize_job import ALPHAS, calibrate, code_layer, linear_layers
 from edgekit.simulators import formats
 from edgekit.simulators import gptq as gq
 from edgekit.simulators.incoherence import Incoherence
 from edgekit.simulators.liftquant import codebook_bytes, output_error
 from edgekit.simulators.liftquant import quantize as liftquant
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 MODELS = {"lm": ["width=128", "layers=3", "heads=2", "mlp=384", "seq_len=128", "steps=600"], "digits": []}
 # what is chosen on and reported, lower is better: nats per byte (LM) or per sample (digits); an excess

@@ -23,7 +23,7 @@ from seed_stats import mean_ci
 
 from edgekit.models.lab_layout import METHODS, metrics, plan
 from edgekit.models.lab_protocol import generate_spec, parse_spec
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 METRICS = ("collision_rate", "out_of_bounds_rate", "weighted_safety_violations", "reachable_step_fraction")
 

@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.provenance import provenance, require_clean_tree
-from edgekit.simulators.files import atomic_write
 from edgekit.simulators.formats import LIFTQUANT_FORMATS
 from edgekit.simulators.liftquant import quantize
-from edgekit.simulators.liftquant_codebooks import load_codebook
-from edgekit.simulators.liftquant_search import EXACT_MAX_LIFTED
-from edgekit.simulators.parallel import thread_count
+from edgekit.simulators.liftquant.codebooks import load_codebook
+from edgekit.simulators.liftquant.search import EXACT_MAX_LIFTED
+from edgekit.utils.files import atomic_write
+from edgekit.utils.parallel import thread_count
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 
 def timed(fn):

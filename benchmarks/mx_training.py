@@ -23,8 +23,8 @@ import torch
 from seed_stats import interval
 
 from edgekit.models import mx_training, registry
-from edgekit.provenance import provenance, require_clean_tree
-from edgekit.simulators.files import atomic_write
+from edgekit.utils.files import atomic_write
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 
 def plot(runs: list[dict], schemes: list[str], path: Path) -> None:

@@ -30,7 +30,7 @@ from edgekit.models.nemo import CONDITIONS, run_suite
 from edgekit.models.nemo_agent import OfflineAgent
 from edgekit.models.nemo_problems import FAMILIES, suite
 from edgekit.models.sandbox import isolation_layers
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 
 def plot(result: dict, path: Path) -> None:

@@ -22,7 +22,7 @@ import torch
 from seed_stats import interval
 
 from edgekit.models import ossd, registry
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 
 def run_seed(seed: int, overrides: dict) -> dict:

@@ -20,7 +20,7 @@ from seed_stats import interval
 
 from edgekit.models import phasealign, registry, tiny_clip
 from edgekit.models.studies import get_study
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 
 def plot(summary: dict, path: Path) -> None:

@@ -23,7 +23,7 @@ import re
 import sys
 from pathlib import Path
 
-from edgekit.output import markdown_table
+from edgekit.utils.output import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"

@@ -24,7 +24,7 @@ from seed_stats import interval
 
 from edgekit.models import mdm_samplers, registry, sudoku_mdm
 from edgekit.models.weights import quantized_copy
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 FORMATS = ("fp32", "mxint8", "mxfp4")
 METRICS = ("solve_rate", "cell_accuracy", "violations", "seconds_per_puzzle")

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from edgekit.models import usable_information as ui
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 WIDTHS = (16, 64, 256)
 GROUPS = np.arange(10) % 2

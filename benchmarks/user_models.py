@@ -76,8 +76,8 @@ def main():
     from edgekit.compilers.onnx_export import onnx_session
     from edgekit.compilers.runtime import load
     from edgekit.graph_eval_job import evaluate_model_file
-    from edgekit.output import atomic_write, json_safe, markdown_table
-    from edgekit.provenance import provenance, require_clean_tree
+    from edgekit.utils.output import atomic_write, json_safe, markdown_table
+    from edgekit.utils.provenance import provenance, require_clean_tree
     from tests.compilers.user_models import CORPUS, export_onnx, inputs_npz
 
     require_clean_tree(args.allow_dirty)

@@ -1,7 +1,7 @@
 """LiftQuant kernels: the bit-exact decode, the input rotation and the fused decode-GEMV.
 
 They read a :class:`~edgekit.simulators.liftquant.LiftQuantTensor` as stored: the packed
-codes of :mod:`edgekit.simulators.liftquant_layout` (one little-endian bitstream per
+codes of :mod:`edgekit.simulators.liftquant.layout` (one little-endian bitstream per
 row), float16 row scales, E4M3 group-scale codes, float16 input multipliers, the
 rotation's signs as bits and its dense factor in float32. Bits are read with integer
 operations (``(codes[n, t >> 3] >> (t & 7)) & 1``), so one kernel serves LLVM and CUDA.
@@ -41,7 +41,7 @@ from tvm import s_tir, te, tirx
 
 from edgekit.simulators.formats import LiftQuantFormat, get_liftquant_format
 from edgekit.simulators.liftquant import LiftQuantTensor
-from edgekit.simulators.liftquant_layout import row_bytes
+from edgekit.simulators.liftquant.layout import row_bytes
 
 from .schedules import GENERIC_CUDA, add_kernel, gpu_schedule, per_structure
 from .tir_decode import scale_value, u32

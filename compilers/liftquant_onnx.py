@@ -10,7 +10,7 @@ configuration's codebook ``M`` once per model. The graph computes the Linear wei
    keep the ``C * D`` code bits, and map bit b to the sign ``2b - 1``;
 2. each chunk's ``M c`` as the decoder sums it: the D terms ``+-M[:, i]`` added one
    after another from +0.0 in float32, then times ``row_scale * group_scale`` (exact in
-   float32), so ``W'`` is bit-exact with :func:`edgekit.simulators.liftquant_layout.decode`;
+   float32), so ``W'`` is bit-exact with :func:`edgekit.simulators.liftquant.layout.decode`;
 3. drop the padding columns and undo the rotation, ``H^T``: the dense factor as a
    ``MatMul``, the Hadamard as log2(p) butterfly stages (``Gather`` both halves,
    ``Add`` / ``Sub``, ``Concat``) and a scale by 1/sqrt(p), then the signs; then times

@@ -49,10 +49,10 @@ from torch import nn
 from edgekit.simulators import QuantizedTensor, quantize
 from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.codec import kernel_tables
-from edgekit.simulators.files import atomic_write
 from edgekit.simulators.liftquant import codebook_bytes
 from edgekit.simulators.liftquant import quantize as liftquant_quantize
 from edgekit.simulators.weight_formats import WeightFormat
+from edgekit.utils.files import atomic_write
 
 from .errors import describe_error
 from .liftquant_onnx import liftquant_weight_nodes

@@ -356,7 +356,7 @@ def check_outputs(backends: list[Backend]) -> dict[str, dict]:
 
 def render_bench(sections: dict) -> str:
     """The llama-bench style table, then how it was timed."""
-    from .output import markdown_table
+    from edgekit.utils.output import markdown_table
 
     setup = sections["setup"][0]
     columns = ["model", "format", "bits/weight", "size (MiB)", "backend", "threads", "latency (ms)", "min (ms)",

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import click
 
+from edgekit.utils.output import OUTPUT_FORMATS, markdown_table, resolve_output_format, write_result
+
 from . import __version__
 from .fl_cli import fl
 from .fuzzeval_cli import fuzzeval
 from .job_runner import clear_errors, run_job
 from .lab_cli import lab
 from .nemo_cli import nemo
-from .output import OUTPUT_FORMATS, markdown_table, resolve_output_format, write_result
 
 
 class FormatName(click.ParamType):
@@ -29,7 +30,7 @@ class FormatName(click.ParamType):
 
     def convert(self, value, param, ctx):
         from edgekit.simulators import get_format
-        from edgekit.simulators.liftquant_codebooks import parse_liftquant
+        from edgekit.simulators.liftquant.codebooks import parse_liftquant
 
         text = value.strip().lower()
         try:
@@ -89,7 +90,7 @@ def formats(output, output_format):
     text = markdown_table(rows)
     click.echo(text)
     if output:
-        from .provenance import provenance
+        from edgekit.utils.provenance import provenance
 
         path = write_result(output, resolve_output_format(output, output_format), {"formats": rows}, provenance(), text)
         click.echo(f"wrote {path}", err=True)
@@ -116,7 +117,7 @@ def targets(specs, output, output_format):
     text = markdown_table(rows)
     click.echo(text)
     if output:
-        from .provenance import provenance
+        from edgekit.utils.provenance import provenance
 
         path = write_result(output, resolve_output_format(output, output_format), {"targets": rows}, provenance(), text)
         click.echo(f"wrote {path}", err=True)
@@ -168,7 +169,7 @@ def models(cache_dir, output, output_format):
     text = markdown_table(rows)
     click.echo(text)
     if output:
-        from .provenance import provenance
+        from edgekit.utils.provenance import provenance
 
         path = write_result(output, resolve_output_format(output, output_format), {"models": rows}, provenance(), text)
         click.echo(f"wrote {path}", err=True)
@@ -188,8 +189,9 @@ def train(name, config_items, tiny, retrain, save, cache_dir, output, output_for
     Training is seeded and checkpointed into the cache as it goes: an interrupted run
     (Ctrl-C, a killed process) resumes where it stopped and ends with the same weights.
     """
+    from edgekit.utils.provenance import provenance
+
     from .model_jobs import train_model
-    from .provenance import provenance
 
     result = run_job(train_model, name, overrides_from(config_items), tiny=tiny, cache_dir=cache_dir,
                      retrain=retrain)
@@ -258,7 +260,7 @@ def eval_(model, formats_, format_list, inputs, input_shapes, embeddings, plot, 
     """
     from tqdm import tqdm
 
-    from .provenance import provenance
+    from edgekit.utils.provenance import provenance
 
     names = list(dict.fromkeys([*formats_, *(FormatName(liftquant=True).convert(f, None, None)
                                              for f in comma_list(format_list) or [])]))
@@ -279,7 +281,7 @@ def eval_(model, formats_, format_list, inputs, input_shapes, embeddings, plot, 
         click.echo(text)
         plot = plot or (output.with_suffix(".png") if output else None)
         if plot:
-            from .output import atomic_write
+            from edgekit.utils.output import atomic_write
 
             atomic_write(plot, output_agreement_png(rows, Path(model).name))
             click.echo(f"wrote {plot}", err=True)
@@ -370,10 +372,10 @@ def report(models, formats, targets, deploy_items, configs, rounds, studies, mod
     from tqdm import tqdm
 
     from edgekit.models.training import progress_interval
-    from edgekit.simulators.files import check_output_dir
+    from edgekit.utils.files import check_output_dir
+    from edgekit.utils.provenance import provenance
 
     from .console import keep_log, library_log
-    from .provenance import provenance
     from .report_job import check_plan, run_report
     from .report_output import REPORT_JSON, write_report
 
@@ -491,7 +493,7 @@ def run_build(build_dir, inputs, output):
     import numpy as np
 
     from edgekit.compilers.runtime import load
-    from edgekit.simulators.files import atomic_write
+    from edgekit.utils.files import atomic_write
 
     with clear_errors():
         try:
@@ -550,9 +552,9 @@ def bench(model, target, fmt, repeat, threads, seed, output, output_format):
     from tqdm import tqdm
 
     from edgekit.targets import load_target
+    from edgekit.utils.provenance import provenance
 
     from .bench_job import bench_model, render_bench
-    from .provenance import provenance
 
     try:
         load_target(target)
@@ -589,9 +591,10 @@ def qsnr(formats_, blocks, tensors, rotation, rows, cols, seed, output, output_f
     """The INT-vs-FP study: QSNR of each format across block sizes, tensor families and rotation."""
     from tqdm import tqdm
 
+    from edgekit.utils.provenance import provenance
+
     from . import qsnr_study as study
     from .plots import qsnr_plot
-    from .provenance import provenance
 
     if cols % study.ROTATION_SIZE:
         raise click.BadParameter(f"must be a multiple of {study.ROTATION_SIZE}, got {cols}", param_hint="--cols")
@@ -647,9 +650,9 @@ def render_qsnr(sections: dict[str, list[dict]], blocks: list) -> str:
 def demo(formats_, output, output_format, seed):
     """Quantize a built-in tensor and a small trained model in every format; print what it costs."""
     from edgekit.simulators import FORMATS
+    from edgekit.utils.provenance import provenance
 
     from .demo import render_demo, run_demo
-    from .provenance import provenance
 
     sections = run_demo(list(formats_) or list(FORMATS), seed, log=lambda msg: click.echo(msg, err=True))
     text = render_demo(sections)

@@ -17,11 +17,10 @@ from edgekit.compilers.importer import ImportedModel, check_max_batch, import_on
 from edgekit.compilers.lower import DEVICES
 from edgekit.compilers.plan import BASELINES, make_plan, parse_overrides
 from edgekit.compilers.runtime import source_digest
-from edgekit.simulators.files import check_output_dir, staged_directory
 from edgekit.targets import host_arch
-
-from .output import json_safe
-from .provenance import provenance
+from edgekit.utils.files import check_output_dir, staged_directory
+from edgekit.utils.output import json_safe
+from edgekit.utils.provenance import provenance
 
 MANIFEST = "manifest.json"
 LIBRARY = "model.so"

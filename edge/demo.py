@@ -8,9 +8,9 @@ import numpy as np
 
 from edgekit.simulators import dequantize, quantize, quantize_dequantize
 from edgekit.simulators.metrics import qsnr, qsnr_over
+from edgekit.utils.output import markdown_table
 
 from .format_table import format_rows
-from .output import markdown_table
 from .qsnr_study import synthetic_tensors
 
 

@@ -21,8 +21,7 @@ from edgekit.federated.choices import (
     split_tasks,
 )
 from edgekit.federated.topology import TOPOLOGIES
-
-from .output import markdown_table
+from edgekit.utils.output import markdown_table
 
 PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6, "g": 1e9, "G": 1e9}
 DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}

@@ -57,10 +57,9 @@ from edgekit.federated.tls import TLSFiles
 from edgekit.federated.workload import Workload
 from edgekit.models import lm
 from edgekit.models.registry import make_config, parse_config_items
-from edgekit.simulators.files import atomic_write
-
-from .output import write_result
-from .provenance import provenance
+from edgekit.utils.files import atomic_write
+from edgekit.utils.output import write_result
+from edgekit.utils.provenance import provenance
 
 FL_DATA = {"max_train_bytes": 2_400_000}  # on top of LMConfig.tiny: ~300 KB of source per worker of 8
 RUN_TIMEOUT_S = 3600.0

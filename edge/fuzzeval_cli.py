@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from .output import markdown_table
+from edgekit.utils.output import markdown_table
 
 
 @click.command()

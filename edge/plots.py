@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
-from .output import atomic_write
+from edgekit.utils.output import atomic_write
 
 # Shades per element width: blues 8-bit, greens 6-bit, reds 4-bit.
 SHADES = {8: ["#08306b", "#2171b5", "#6baed6"], 6: ["#00441b", "#41ab5d"], 4: ["#67000d", "#cb181d", "#fc9272"]}

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from .output import OUTPUT_FORMATS, markdown_table, write_result
-from .provenance import provenance
+from edgekit.utils.output import OUTPUT_FORMATS, markdown_table, write_result
+from edgekit.utils.provenance import provenance
 
 
 class ConfigList(click.ParamType):
@@ -72,9 +72,10 @@ def quantize(model, method, grids, input_scaling, damp, bits, budget, target, co
     --method gptq quantizes every Linear layer of a zoo model with GPTQ on one grid: the
     candidate (--grids) that stores the most bytes within the request.
     """
+    from edgekit.utils.output import resolve_output_format
+
     from .gptq_job import run_gptq
     from .job_runner import run_job
-    from .output import resolve_output_format
     from .quantize_job import result_rows, run_quantize
 
     grid_list = [g.strip() for g in grids.split(",") if g.strip()] if grids else None

@@ -9,7 +9,7 @@ Passes, each a function of plain inputs:
 2. :func:`sensitivities`: for every layer and candidate configuration, the Fisher-weighted
    output error ``sum_n F_n ((W - W_hat) E[x x^T] (W - W_hat)^T)_nn`` measured by coding a
    seeded sample of rows, and the exact bytes the whole layer would take.
-3. :func:`plan`: the knapsack (:mod:`edgekit.simulators.liftquant_budget`) picks one
+3. :func:`plan`: the knapsack (:mod:`edgekit.simulators.liftquant.budget`) picks one
    configuration per layer so that bits/weight or bytes land within 1% below the request.
 4. :func:`quantize_units`: code each layer (input multipliers chosen per layer from
    activation RMS), then fine-tune codes and scales unit by unit (a transformer block,
@@ -42,8 +42,8 @@ from edgekit.simulators.liftquant import (
     quantize,
     save_tensors,
 )
-from edgekit.simulators.liftquant_budget import TOLERANCE, Choice, Option, choose
-from edgekit.simulators.liftquant_finetune import finetune_unit
+from edgekit.simulators.liftquant.budget import TOLERANCE, Choice, Option, choose
+from edgekit.simulators.liftquant.finetune import finetune_unit
 
 SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 ALPHAS = (0.0, 0.25, 0.5)  # input-multiplier strengths tried per layer

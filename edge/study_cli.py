@@ -6,8 +6,8 @@ from pathlib import Path
 
 import click
 
-from .output import OUTPUT_FORMATS, markdown_table, write_result
-from .provenance import provenance
+from edgekit.utils.output import OUTPUT_FORMATS, markdown_table, write_result
+from edgekit.utils.provenance import provenance
 
 
 @click.command(name="study")

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from edgekit.simulators.files import atomic_write
+from edgekit.utils.files import atomic_write
 
 MAGIC = b"edgekit-fl-checkpoint-1\n"
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from edgekit.simulators.files import atomic_write
+from edgekit.utils.files import atomic_write
 
 ENVELOPE = "edgekit-checkpoint/1"
 CACHE_ENV = "EDGEKIT_CACHE_DIR"

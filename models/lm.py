@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from edgekit.simulators.recent import RecentResults
+from edgekit.utils.recent import RecentResults
 
 from .config_fields import bounded, checked
 from .training import TrainSpec

@@ -15,9 +15,10 @@ from functools import cache
 import ml_dtypes
 import numpy as np
 
+from edgekit.utils.parallel import parallel_map
+
 from . import kernels
 from .formats import SCALE_RULES, BlockFormat, get_format
-from .parallel import parallel_map
 
 INPUT_DTYPES = ("float32", "float16", "bfloat16")
 NVFP4_TENSOR_RANGE = 6.0 * 448.0  # E2M1 max times E4M3 max

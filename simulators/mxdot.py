@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from edgekit.utils.parallel import parallel_map
+
 from .codec import QuantizedTensor, kernel_tables
-from .parallel import parallel_map
 from .reference import unpack_codes
 
 

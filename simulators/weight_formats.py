@@ -164,7 +164,7 @@ def resolve(spec: str | WeightFormat) -> WeightFormat:
     if row is not None:
         return row
     if text.startswith("liftquant"):  # the LiftQuant family's own spellings: liftquant:2.4, liftquant:24to10
-        from .liftquant_codebooks import parse_liftquant
+        from edgekit.simulators.liftquant.codebooks import parse_liftquant
 
         return _ROWS[parse_liftquant(text).name]
     try:

@@ -158,7 +158,7 @@ def test_an_encoding_is_reused_only_for_the_same_weight_and_arguments():
 
 
 def test_recent_results_keep_the_last_few_by_key():
-    from edgekit.simulators.recent import RecentResults
+    from edgekit.utils.recent import RecentResults
 
     calls = []
     recent = RecentResults(2)

@@ -3,7 +3,7 @@ import itertools
 import numpy as np
 import pytest
 
-from edgekit.simulators.liftquant_budget import Option, choose
+from edgekit.simulators.liftquant.budget import Option, choose
 
 CONFIGS = {"a": 2.0, "b": 2.4, "c": 3.0, "e": 4.0}
 BOOKS = {"a": 512, "b": 960, "c": 768, "e": 256}

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from edgekit.simulators.formats import LIFTQUANT_FORMATS
-from edgekit.simulators.liftquant_codebooks import (
+from edgekit.simulators.liftquant.codebooks import (
     CODEBOOK_DIR,
     SLICES_TOLERANCE,
     Codebook,

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 
 from edgekit.simulators.liftquant import quantize
-from edgekit.simulators.liftquant_finetune import SignSTE, TrainableWeight, finetune_unit
+from edgekit.simulators.liftquant.finetune import SignSTE, TrainableWeight, finetune_unit
 
 FMT = "liftquant_16to8"
 

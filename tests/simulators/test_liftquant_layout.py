@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from edgekit.simulators.liftquant_layout import (
+from edgekit.simulators.liftquant.layout import (
     chunks_per_row,
     decode,
     decode_reference,

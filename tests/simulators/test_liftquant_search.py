@@ -3,8 +3,8 @@ import itertools
 import numpy as np
 import pytest
 
-from edgekit.simulators.liftquant_codebooks import load_codebook
-from edgekit.simulators.liftquant_search import (
+from edgekit.simulators.liftquant.codebooks import load_codebook
+from edgekit.simulators.liftquant.search import (
     SearchTables,
     code_errors,
     fast_candidates,

@@ -1,10 +1,10 @@
 """LiftQuant projection matrices M: trained on N(0, 1) samples, shipped as small files, loaded by format.
 
-Each configuration of :data:`.formats.LIFTQUANT_FORMATS` has ``liftquant_codebooks/<name>.npz``
+Each configuration of :data:`.formats.LIFTQUANT_FORMATS` has ``data/<name>.npz``
 beside this module: ``matrix`` (d x D, float32) and ``metadata`` (JSON: seed, restarts,
 steps, method, and the mean squared error per dimension it reaches on fresh N(0, 1) data).
 
-Training (``python -m edgekit.simulators.liftquant_codebooks [CONFIG ...]``), per restart:
+Training (``python -m edgekit.simulators.liftquant.codebooks [CONFIG ...]``), per restart:
 
 1. Adam on the soft-min of the squared distance to the lattice points,
    ``-(1/T) log sum_c exp(-T ||x - M c||^2)`` with T = 10, on fresh Gaussian batches.
@@ -29,7 +29,6 @@ changes, without training again.
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import math
@@ -40,9 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .files import atomic_write
-from .formats import LIFTQUANT_FORMATS, LiftQuantFormat, get_liftquant_format
-from .liftquant_search import (
+from edgekit.simulators.formats import LIFTQUANT_FORMATS, LiftQuantFormat, get_liftquant_format
+from edgekit.simulators.liftquant.search import (
     DEFAULT_STARTS,
     EXACT_MAX_LIFTED,
     SearchTables,
@@ -52,8 +50,9 @@ from .liftquant_search import (
     search_codes,
     signs_of,
 )
+from edgekit.utils.files import atomic_write
 
-CODEBOOK_DIR = Path(__file__).resolve().parent / "liftquant_codebooks"
+CODEBOOK_DIR = Path(__file__).resolve().parent / "data"
 TEMPERATURE = 10.0
 FULL_SOFTMIN_POINTS = 1 << 12
 TRAIN_STARTS = 8
@@ -168,7 +167,7 @@ def read_codebook(fmt: LiftQuantFormat, path: str | Path) -> Codebook:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"no codebook file for {fmt.name} at {path}; train it with "
-                         f"`python -m edgekit.simulators.liftquant_codebooks {fmt.label}`")
+                         f"`python -m edgekit.simulators.liftquant.codebooks {fmt.label}`")
     with np.load(path, allow_pickle=False) as data:
         return Codebook(fmt, data["matrix"], json.loads(str(data["metadata"])))
 
@@ -326,32 +325,3 @@ def train_codebook(spec: str | LiftQuantFormat, *, seed: int = 0, restarts: int 
         "eval_samples": eval_samples, "eval_seed": eval_seed,
     }
     return Codebook(fmt, matrix, metadata | measure_searches(codebook, eval_samples, eval_seed))
-
-
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description="Train LiftQuant codebooks and write them beside this module.")
-    parser.add_argument("configs", nargs="*", help="configurations (24to10 or liftquant_24to10); default: all")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--restarts", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--output-dir", type=Path, default=CODEBOOK_DIR)
-    parser.add_argument("--skip-existing", action="store_true", help="leave configurations that have a file alone")
-    parser.add_argument("--remeasure", action="store_true",
-                        help="refresh the search measurements (and default search) of existing files; no training")
-    args = parser.parse_args(argv)
-    names = [get_liftquant_format(c).name for c in args.configs] or list(LIFTQUANT_FORMATS)
-    for name in names:
-        fmt = LIFTQUANT_FORMATS[name]
-        if args.remeasure:
-            codebook = remeasure(read_codebook(fmt, codebook_path(fmt, args.output_dir)))
-        elif args.skip_existing and codebook_path(fmt, args.output_dir).is_file():
-            continue
-        else:
-            codebook = train_codebook(fmt, seed=args.seed, restarts=args.restarts, steps=args.steps)
-        path = write_codebook(codebook, args.output_dir)
-        measured = {k: v for k, v in codebook.metadata.items() if k.startswith("mse") or k == "default_search"}
-        print(f"wrote {path}: {json.dumps(measured)}")
-
-
-if __name__ == "__main__":
-    main()

@@ -44,7 +44,7 @@ import numpy as np
 from numba import njit
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from .parallel import parallel_map
+from edgekit.utils.parallel import parallel_map
 
 GROUP_BITS = 8
 EXACT_MAX_LIFTED = 24  # 2^24 codes per chunk is the most the exact search enumerates (three groups)

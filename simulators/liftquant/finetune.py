@@ -20,9 +20,15 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from .liftquant import LiftQuantTensor, group_index, group_scale_codes, group_scale_values, round_row_scales
-from .liftquant_layout import pack_codes
-from .liftquant_search import signs_of
+from edgekit.simulators.liftquant import (
+    LiftQuantTensor,
+    group_index,
+    group_scale_codes,
+    group_scale_values,
+    round_row_scales,
+)
+from edgekit.simulators.liftquant.layout import pack_codes
+from edgekit.simulators.liftquant.search import signs_of
 
 LATENT_INIT = 0.05
 

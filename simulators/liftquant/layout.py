@@ -34,7 +34,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .parallel import parallel_map
+from edgekit.utils.parallel import parallel_map
 
 WORD_BITS = 32
 

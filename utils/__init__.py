@@ -1,0 +1,1 @@
+"""General utilities every package may use: atomic files, worker threads, result caches, provenance, tables."""
