@@ -152,8 +152,8 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int, liftquant: li
     LiftQuant configuration in ``liftquant``; with each LiftQuant encode's record."""
     import tvm
 
+    from edgekit.compilers.kernel_schedules import schedule_cpu_kernel
     from edgekit.compilers.lower import choose_layout, dense_function, weight_constants
-    from edgekit.compilers.schedules import schedule_cpu_kernel
     from edgekit.simulators import dequantize, quantize
     from edgekit.targets import tvm_target
 
@@ -252,12 +252,13 @@ def model_cases(threads: int, tmp: Path, seed: int) -> list[Case]:
     import tvm
     from tvm import relax
 
-    from edgekit.compile_job import layer_totals
-    from edgekit.compilers.build import build, schedule
+    from edgekit.compilers.build import build
     from edgekit.compilers.importer import import_torch
     from edgekit.compilers.lower import lower
     from edgekit.compilers.onnx_export import export_onnx, onnx_session
+    from edgekit.compilers.pipeline import layer_totals
     from edgekit.compilers.plan import make_plan
+    from edgekit.compilers.schedule import schedule
     from edgekit.models.registry import get_model, train
     from edgekit.targets import tvm_target
 

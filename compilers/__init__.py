@@ -1,1 +1,1 @@
-"""Quantize a model, import it into TVM Relax, lower decode kernels, export ONNX, build."""
+"""Compile a model for a target (the stages of :mod:`.pipeline`), and export it as standard ONNX."""

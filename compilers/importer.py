@@ -1,4 +1,4 @@
-"""Pass 1, import: a torch module (through ``torch.export``) or an ONNX file into TVM Relax.
+"""Stage 1, import: a torch module (through ``torch.export``) or an ONNX file into TVM Relax.
 
 The result keeps every parameter as a function input with its value beside it, and
 names the weights a plan may quantize by layer, so ``lower`` can swap them for

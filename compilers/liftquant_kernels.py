@@ -43,7 +43,7 @@ from edgekit.simulators.formats import LiftQuantFormat, get_liftquant_format
 from edgekit.simulators.liftquant import LiftQuantTensor
 from edgekit.simulators.liftquant.layout import row_bytes
 
-from .schedules import GENERIC_CUDA, add_kernel, gpu_schedule, per_structure
+from .kernel_schedules import GENERIC_CUDA, add_kernel, gpu_schedule, per_structure
 from .tir_decode import scale_value, u32
 
 BYTE_BITS = 8

@@ -1,4 +1,4 @@
-"""Pass 3, lower: planned weights become packed codes read by fused decode kernels.
+"""Stage 4, lower: planned weights become packed codes read by fused decode kernels.
 
 Every Linear (``matmul`` with a weight parameter, transposed or not), Conv2d and
 Conv1d (``conv2d`` / ``conv1d`` with a weight parameter, groups = 1; a conv1d runs as
@@ -27,9 +27,9 @@ from edgekit.simulators.liftquant import quantize as liftquant_quantize
 
 from .decode_kernels import conv2d_kernel, dense_kernel, reduction_block
 from .importer import ImportedModel
+from .kernel_schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, add_kernel, dense_lanes
 from .liftquant_kernels import emit_layer
 from .plan import block_format, check_plan, is_liftquant
-from .schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, add_kernel, dense_lanes
 
 DEVICES = ("cpu", "cuda")
 

@@ -1,4 +1,4 @@
-"""The quantization plan: which layer's weight is stored in which format.
+"""Stage 2, plan: which layer's weight is stored in which format.
 
 A plan maps module names (``model.named_modules()``) of Linear and Conv layers to a
 weight format: a block format from the simulators' table (``mxfp4``, ``nvfp4`` ...),
@@ -84,3 +84,20 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
             raise ValueError(f"layer override {item!r} must look like NAME=FORMAT (e.g. fc1=mxint8)")
         out[layer.strip()] = fmt.strip()
     return out
+
+
+def read_codes(path, layers) -> dict:
+    """LiftQuant tensors by layer from an ``edgekit quantize --codes`` file, checked against ``layers``;
+    a plan takes their formats for those layers."""
+    from edgekit.simulators.liftquant import load_tensors
+
+    try:
+        tensors = load_tensors(path)
+    except (OSError, ValueError, KeyError) as err:
+        raise ValueError(f"--codes {str(path)!r} is not a codes file written by `edgekit quantize --codes`: "
+                         f"{type(err).__name__}: {err}") from None
+    strange = sorted(set(tensors) - set(layers))
+    if strange:
+        raise ValueError(f"--codes {str(path)!r} codes layers {', '.join(strange)} that the model does not have "
+                         f"(its layers: {', '.join(layers)})")
+    return tensors

@@ -36,15 +36,11 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.compilers.onnx_export import onnx_session
+from edgekit.compilers.pipeline import layer_totals
+from edgekit.compilers.preflight import PreflightError, preflight
 from edgekit.targets import host_arch
 
-from .compile_job import (
-    ModelSource,
-    PreflightError,
-    layer_totals,
-    load_model,
-    preflight,
-)
+from .compile_job import ModelSource, load_model
 
 TVM_THREADS_ENV = "TVM_NUM_THREADS"
 MIN_SAMPLE_S = 0.02  # one sample is the mean of as many calls as fill this long
@@ -170,9 +166,10 @@ def tvm_backend(imported, fmt: str, target, inputs: list[np.ndarray], threads: i
     import tvm
     from tvm import relax
 
-    from edgekit.compilers.build import build, schedule
+    from edgekit.compilers.build import build
     from edgekit.compilers.lower import lower
     from edgekit.compilers.plan import make_plan
+    from edgekit.compilers.schedule import schedule
     from edgekit.targets import tvm_target
 
     plan = make_plan(imported.layers, fmt)

@@ -17,10 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edgekit import compilers, simulators, targets
+from edgekit.compilers.runtime import MANIFEST
 from edgekit.models.cache import source_digest, tree_digest
 
 from . import compile_job
-from .compile_job import MANIFEST, compile_model
+from .compile_job import compile_model
 
 
 def compiler_code() -> str:

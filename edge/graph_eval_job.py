@@ -17,9 +17,10 @@ import numpy as np
 
 from edgekit.compilers.onnx_export import export_onnx_graph, onnx_session
 from edgekit.compilers.plan import is_liftquant, make_plan
+from edgekit.compilers.preflight import check_quantizes
 from edgekit.simulators.metrics import output_agreement
 
-from .compile_job import check_quantizes, resolve_model
+from .compile_job import resolve_model
 
 FLOAT = "fp32"
 RANDOM_BATCH = 8  # rows drawn for a symbolic batch dim, so that top-1 agreement is over more than one row
@@ -85,7 +86,7 @@ def evaluate_model_file(model: str, formats: list[str], inputs: Path | None = No
                 if not plan:
                     log(f"{plan_format}: not applicable, the model has no 2-D (MatMul/Gemm) weight")
                     continue
-            check_quantizes(plan, fmt, source)
+            check_quantizes(plan, fmt, source.label, source.skipped)
             summary = export_onnx_graph(source.graph, plan, source.sites, Path(tmp) / f"{fmt}.onnx")
             outputs = onnx_session(summary["path"]).run(None, feeds)
             seconds = round(time.perf_counter() - start, 2)

@@ -1,4 +1,6 @@
-"""Imports flow one way, with no cycles: edge -> compilers/federated/models/targets -> simulators -> utils.
+"""Imports flow one way, with no cycles: edge -> compilers/federated/models -> targets -> simulators -> utils.
+
+(``targets`` sits below the compilers: a compile pass reads the target it builds for.)
 
 Read from the sources (every ``import``, function-local ones included: a local import that
 closes a cycle only hides it), so the check needs nothing installed.
@@ -13,8 +15,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"edgekit": "edge", "edgekit.simulators": "simulators", "edgekit.simulators.liftquant": "simulators/liftquant",
             "edgekit.compilers": "compilers", "edgekit.federated": "federated", "edgekit.models": "models",
             "edgekit.targets": "targets", "edgekit.utils": "utils"}
-LAYER = {"edgekit": 0, "edgekit.compilers": 1, "edgekit.federated": 1, "edgekit.models": 1, "edgekit.targets": 1,
-         "edgekit.simulators": 2, "edgekit.utils": 3}
+LAYER = {"edgekit": 0, "edgekit.compilers": 1, "edgekit.federated": 1, "edgekit.models": 1, "edgekit.targets": 2,
+         "edgekit.simulators": 3, "edgekit.utils": 4}
 
 
 def project_modules() -> dict[str, Path]:

@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from edgekit.utils.files import atomic_write
+from .files import atomic_write
 
 OUTPUT_FORMATS = ("md", "json", "csv")
 

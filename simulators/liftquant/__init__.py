@@ -36,11 +36,12 @@ import numpy as np
 
 from edgekit.simulators.formats import LiftQuantFormat, get_liftquant_format
 from edgekit.simulators.incoherence import Incoherence
-from edgekit.simulators.liftquant.codebooks import Codebook, default_search, load_codebook
-from edgekit.simulators.liftquant.layout import chunks_per_row, decode, pack_codes, row_bytes, unpack_codes
-from edgekit.simulators.liftquant.search import DEFAULT_STARTS, check_search
 from edgekit.utils.files import atomic_write
 from edgekit.utils.recent import RecentResults
+
+from .codebooks import Codebook, default_search, load_codebook
+from .layout import chunks_per_row, decode, pack_codes, row_bytes, unpack_codes
+from .search import DEFAULT_STARTS, check_search
 
 SCALE_ROUNDS = 1  # encode, then fit the scales to the codes
 # A model's evaluation and its builds for several targets encode the same weights in one

@@ -40,7 +40,9 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.simulators.formats import LIFTQUANT_FORMATS, LiftQuantFormat, get_liftquant_format
-from edgekit.simulators.liftquant.search import (
+from edgekit.utils.files import atomic_write
+
+from .search import (
     DEFAULT_STARTS,
     EXACT_MAX_LIFTED,
     SearchTables,
@@ -50,7 +52,6 @@ from edgekit.simulators.liftquant.search import (
     search_codes,
     signs_of,
 )
-from edgekit.utils.files import atomic_write
 
 CODEBOOK_DIR = Path(__file__).resolve().parent / "data"
 TEMPERATURE = 10.0

@@ -27,8 +27,9 @@ from edgekit.simulators.liftquant import (
     group_scale_values,
     round_row_scales,
 )
-from edgekit.simulators.liftquant.layout import pack_codes
-from edgekit.simulators.liftquant.search import signs_of
+
+from .layout import pack_codes
+from .search import signs_of
 
 LATENT_INIT = 0.05
 

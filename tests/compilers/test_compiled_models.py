@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from edgekit.compilers.build import compile_for_cpu, run
+from edgekit.compilers.build import run
 from edgekit.compilers.importer import import_onnx, import_torch
 from edgekit.compilers.lower import lower
+from edgekit.compilers.pipeline import compile_for_cpu
 from edgekit.compilers.plan import make_plan
 from edgekit.models.weights import quantizable_weights, quantized_copy
 from edgekit.simulators import FORMATS

@@ -4,9 +4,10 @@ import pytest
 import torch
 from torch import nn
 
-from edgekit.compilers.build import compile_for_cpu, run
+from edgekit.compilers.build import run
 from edgekit.compilers.importer import import_torch
 from edgekit.compilers.onnx_export import export_onnx, onnx_session
+from edgekit.compilers.pipeline import compile_for_cpu
 from edgekit.compilers.plan import make_plan
 
 from .test_compiled_models import assert_float32_close, simulated

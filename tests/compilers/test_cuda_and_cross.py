@@ -7,11 +7,13 @@ import pytest
 import torch
 import tvm
 
-from edgekit.compilers.build import build, cuda_source, elf_machine, export_library, nvcc_fatbin, schedule
+from edgekit.compilers.build import build
+from edgekit.compilers.export import cuda_source, elf_machine, export_library, nvcc_fatbin
 from edgekit.compilers.importer import import_torch
+from edgekit.compilers.kernel_schedules import KERNEL_ATTR
 from edgekit.compilers.lower import lower
 from edgekit.compilers.plan import make_plan
-from edgekit.compilers.schedules import KERNEL_ATTR
+from edgekit.compilers.schedule import schedule
 from edgekit.simulators import FORMATS
 
 from .models import NETWORKS, seeded

@@ -9,7 +9,8 @@ import torch
 import tvm
 from tvm import relax
 
-from edgekit.compilers.build import cuda_source, nvcc_fatbin
+from edgekit.compilers.export import cuda_source, nvcc_fatbin
+from edgekit.compilers.kernel_schedules import gpu_schedule
 from edgekit.compilers.liftquant_kernels import (
     BYTES_MAJOR,
     LAYOUTS,
@@ -25,7 +26,6 @@ from edgekit.compilers.liftquant_kernels import (
     schedule_rotate_gpu,
     transpose_codes,
 )
-from edgekit.compilers.schedules import gpu_schedule
 from edgekit.simulators.liftquant import quantize
 from edgekit.targets import tvm_target
 

@@ -7,11 +7,14 @@ import pytest
 import torch
 import tvm
 
-from edgekit.compilers.build import compile_for_cpu, cuda_source, run, schedule
+from edgekit.compilers.build import run
+from edgekit.compilers.export import cuda_source
 from edgekit.compilers.importer import import_torch
 from edgekit.compilers.liftquant_kernels import has_avx512
 from edgekit.compilers.lower import lower
+from edgekit.compilers.pipeline import compile_for_cpu
 from edgekit.compilers.plan import check_weight_format, make_plan
+from edgekit.compilers.schedule import schedule
 from edgekit.simulators.liftquant import quantize
 from edgekit.targets import tvm_target
 

@@ -9,9 +9,10 @@ from click.testing import CliRunner
 from torch import nn
 
 from edgekit.cli import main
-from edgekit.compilers.build import compile_for_cpu, run
+from edgekit.compilers.build import run
 from edgekit.compilers.importer import import_torch
 from edgekit.compilers.onnx_export import export_onnx, onnx_session
+from edgekit.compilers.pipeline import compile_for_cpu
 from edgekit.compilers.plan import make_plan
 from edgekit.models.weights import quantized_copy
 from edgekit.simulators import dequantize, get_format, quantize, quantize_dequantize

@@ -73,7 +73,7 @@ def test_compile_for_aarch64_boards(checkpoint, tmp_path, target):
 
 
 def test_compile_cuda_without_nvcc_says_so(checkpoint, tmp_path, monkeypatch):
-    monkeypatch.setattr("edgekit.compilers.build.NVCC", "no-such-nvcc")
+    monkeypatch.setattr("edgekit.compilers.export.NVCC", "no-such-nvcc")
     result = run("compile", checkpoint[0], "--format", "mxfp8", "--target", "h100", "-o", tmp_path / "b")
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())

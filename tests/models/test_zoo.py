@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from edgekit.compilers.build import compile_for_cpu, run
+from edgekit.compilers.build import run
 from edgekit.compilers.importer import import_torch
 from edgekit.compilers.onnx_export import export_onnx, onnx_session
+from edgekit.compilers.pipeline import compile_for_cpu
 from edgekit.compilers.plan import make_plan
 from edgekit.models.registry import get_model, make_config, model_names, train
 from edgekit.models.weights import quantizable_weights, quantized_copy

@@ -1,4 +1,4 @@
-"""Pass 4, schedule: fast loops for the decode kernels on CPUs, dlight on GPUs.
+"""The schedule rules of the decode kernels (applied by stage 5, :mod:`.schedule`): fast CPU loops, dlight on GPUs.
 
 CPU dense (GEMV at batch 1, GEMM otherwise): the reduction over a block's elements is
 split into vector lanes and factored out (``rfactor``), so each lane accumulates its
