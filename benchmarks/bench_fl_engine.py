@@ -4,7 +4,7 @@
                                          [-o benchmarks/results/fl_engine.json]
 
 Part 1, overhead: DiLoCo and gossip DiLoCo (k=1, ring) with 8 clients of the byte-level LM
-(``edgekit.fl_job``'s workload) on the in-process engine. Every second of the run is put in
+(``edgekit.jobs.fl``'s workload) on the in-process engine. Every second of the run is put in
 one bucket: training compute (inside the workers' inner steps: forward, backward, AdamW),
 evaluation (the central validation of the model), and everything else, the overhead, which
 is split into the engine proper (the in-process grid's serialization and delivery, the
@@ -31,7 +31,7 @@ import torch
 import edgekit.federated.diloco as diloco_module
 from edgekit.federated.apps import RunSettings, run_in_process
 from edgekit.federated.workload import Workload
-from edgekit.fl_job import workload_for
+from edgekit.jobs.fl import workload_for
 from edgekit.models import digits
 from edgekit.utils.files import atomic_write
 from edgekit.utils.output import markdown_table

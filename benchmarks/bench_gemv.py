@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.bench_job import calibrate, configure_tvm_threads, python_timer, settle
+from edgekit.jobs.bench import calibrate, configure_tvm_threads, python_timer, settle
 
 FORMATS = ("mxfp4", "mxint4", "nvfp4", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3")
 MAX_REL_ERR = 1e-5

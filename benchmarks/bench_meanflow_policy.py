@@ -127,7 +127,7 @@ def method_table(tasks: list[str]) -> list[dict]:
 
 
 def latency_table(task: str, rounds: int, threads: int) -> tuple[list[dict], list[dict]]:
-    from edgekit.bench_job import bench_model
+    from edgekit.jobs.bench import bench_model
     from edgekit.models.registry import train
 
     trained = train("meanflow_policy", MeanFlowPolicyConfig(task=task, method="omp"), progress=True, log=print)
@@ -157,7 +157,7 @@ def main():
         print(json.dumps(memory_worker(args.memory_worker, args.memory_batch, args.memory_steps, args.threads)))
         return
 
-    from edgekit.bench_job import configure_tvm_threads
+    from edgekit.jobs.bench import configure_tvm_threads
 
     configure_tvm_threads(args.threads)  # before TVM's pool starts
     import torch

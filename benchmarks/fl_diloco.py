@@ -6,7 +6,7 @@
                                         [--conditions healthy,faults] [--compression none] [--jobs 2]
                                         [-o benchmarks/results/fl_diloco.json]
 
-8 workers train the byte-level LM (``edgekit.fl_job``: LMConfig.tiny, data split by file) on
+8 workers train the byte-level LM (``edgekit.jobs.fl``: LMConfig.tiny, data split by file) on
 the in-process engine. Every method runs at every bandwidth, once on a healthy network and
 once with faults: every link down in 10% of its 2-second outage periods and client 3
 computing 3x slower. Methods: DiLoCo, and gossip DiLoCo with k = 0, 1, 2 blocking mixing
@@ -46,7 +46,7 @@ def run_name(job: dict) -> str:
 def one_run(job: dict, done_dir: Path) -> dict:
     """One run's report sections; kept in ``done_dir`` so an interrupted grid resumes where it stopped."""
     from edgekit.federated.apps import RunSettings, run_in_process
-    from edgekit.fl_job import report_sections, workload_for
+    from edgekit.jobs.fl import report_sections, workload_for
     from edgekit.utils.files import atomic_write
 
     kept = done_dir / f"{run_name(job)}.json"
@@ -85,8 +85,8 @@ def goal_check(runs: list[dict]) -> list[dict]:
 
 
 def loss_grid_plot(runs: list[dict], path: Path) -> None:
-    from edgekit.fl_job import run_label
-    from edgekit.plots import plt
+    from edgekit.jobs.fl import run_label
+    from edgekit.jobs.plots import plt
     from edgekit.utils.files import atomic_write
 
     bandwidths = sorted({r["settings"]["bandwidth-bps"] for r in runs})
@@ -149,7 +149,7 @@ def main():
     with ProcessPoolExecutor(args.jobs) as pool:
         runs = list(pool.map(one_run, jobs, [done_dir] * len(jobs)))
 
-    from edgekit.fl_job import fl_plot, render_summary, run_label
+    from edgekit.jobs.fl import fl_plot, render_summary, run_label
     from edgekit.utils.files import atomic_write
     from edgekit.utils.output import markdown_table
     from edgekit.utils.provenance import provenance

@@ -5,7 +5,7 @@
                                            [--overlap-weight W] [--coordinated-baselines]
                                            [--seeds 0,1] [-o benchmarks/results/fl_rieselect.json]
 
-The byte-level LM (LMConfig.tiny) learns stdlib packages in order (``edgekit.fl_job.
+The byte-level LM (LMConfig.tiny) learns stdlib packages in order (``edgekit.jobs.fl.
 CONTINUAL_TASKS``: email, asyncio, encodings) across ``--clients`` clients on the in-process
 engine. Reported per method, mean over seeds: the average final validation loss over all
 tasks (nats per byte, lower is better), forgetting (final loss of each earlier task minus
@@ -49,7 +49,7 @@ def one_run(job: dict, done_dir: Path) -> dict:
     import torch
 
     from edgekit.federated.rieselect import ContinualSettings, run_continual
-    from edgekit.fl_job import continual_lm_workload
+    from edgekit.jobs.fl import continual_lm_workload
     from edgekit.utils.files import atomic_write
 
     tuned = (f"_w{job['risk_weight']}_growth{job['growth']}_overlap{job['overlap_weight']}" if "growth" in job

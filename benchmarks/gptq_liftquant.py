@@ -8,7 +8,7 @@ Two zoo models: the evaluation LM at the size of ``liftquant_accuracy.py`` (widt
 float for all); bits per weight count every stored byte of those layers.
 
 Per seed, every method gets the same calibration (the model's own training loss on 8
-seeded train batches, :func:`edgekit.quantize_job.calibrate`) and the same seeded
+seeded train batches, :func:`edgekit.jobs.quantize.calibrate`) and the same seeded
 incoherence rotation of each weight's input axis, and each runs without and with
 activation-aware input scaling (AWQ multipliers, strength per layer from 0, 0.25, 0.5 by
 the output error on the calibration statistics; the float16 multipliers are counted):
@@ -47,8 +47,8 @@ import torch.nn.functional as F
 from seed_stats import interval
 from threadpoolctl import threadpool_limits
 
+from edgekit.jobs.quantize import ALPHAS, calibrate, code_layer, linear_layers
 from edgekit.models import digits, lm, registry
-from edgekit.quantize_job import ALPHAS, calibrate, code_layer, linear_layers
 from edgekit.simulators import formats
 from edgekit.simulators import gptq as gq
 from edgekit.simulators.incoherence import Incoherence

@@ -42,8 +42,8 @@ INDEX = "builds.json"
 def prepare(folder: Path, arch: str, sizes: list[int], models: list[str]) -> None:
     import torch
 
-    from edgekit.compile_job import compile_model
     from edgekit.compilers.runtime import load, runtime_dir
+    from edgekit.jobs.compile import compile_model
     from edgekit.models.registry import get_model, make_config, save_checkpoint, train
 
     folder.mkdir(parents=True, exist_ok=True)

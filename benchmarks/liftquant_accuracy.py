@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from edgekit.jobs.quantize import calibrate, linear_layers, quantize_model, quantize_units
 from edgekit.models import lm, registry
-from edgekit.quantize_job import calibrate, linear_layers, quantize_model, quantize_units
 from edgekit.simulators import get_format, quantize_dequantize
 from edgekit.simulators import quantize as block_quantize
 from edgekit.simulators.gptq import IntGrid, rtn

@@ -49,8 +49,8 @@ def median_ms(fn, rounds: int) -> float:
 
 
 def compile_dir(model: Path, fmt: str, out: Path, shapes: list[str] = (), max_batch: int | None = None) -> dict:
-    from edgekit.compile_job import compile_model
     from edgekit.compilers.onnx_graph import parse_input_shapes
+    from edgekit.jobs.compile import compile_model
 
     return compile_model(str(model), fmt, "host", out, input_shapes=parse_input_shapes(shapes), max_batch=max_batch,
                          log=lambda _: None)
@@ -71,11 +71,11 @@ def main():
 
     import torch
 
-    from edgekit.bench_job import configure_tvm_threads
-    from edgekit.compile_job import export_model
     from edgekit.compilers.onnx_export import onnx_session
     from edgekit.compilers.runtime import load
-    from edgekit.graph_eval_job import evaluate_model_file
+    from edgekit.jobs.bench import configure_tvm_threads
+    from edgekit.jobs.compile import export_model
+    from edgekit.jobs.graph_eval import evaluate_model_file
     from edgekit.utils.output import atomic_write, json_safe, markdown_table
     from edgekit.utils.provenance import provenance, require_clean_tree
     from tests.compilers.user_models import CORPUS, export_onnx, inputs_npz

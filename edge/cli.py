@@ -84,7 +84,7 @@ def main():
 @output_options(default_name=None)
 def formats(output, output_format):
     """List every number format: bits per element with scales, range, special values."""
-    from .format_table import format_rows
+    from edgekit.jobs.format_table import format_rows
 
     rows = format_rows()
     text = markdown_table(rows)
@@ -105,9 +105,8 @@ def targets(specs, output, output_format):
     Without SPEC, every registry target. A SPEC is a registry name, any TVM tag
     (tvm.target.list_tags()) or a TVM target as a JSON dict, e.g. '{"kind": "cuda", "arch": "sm_90"}'.
     """
+    from edgekit.jobs.target_table import target_rows
     from edgekit.targets import load_target
-
-    from .target_table import target_rows
 
     try:
         loaded = [load_target(s) for s in specs]
@@ -163,7 +162,7 @@ def overrides_from(config_items) -> dict:
 @output_options(default_name=None)
 def models(cache_dir, output, output_format):
     """List the model zoo: parameters and metric of each default config, and its value when cached."""
-    from .model_jobs import model_rows
+    from edgekit.jobs.evaluate import model_rows
 
     rows = model_rows(cache_dir)
     text = markdown_table(rows)
@@ -189,9 +188,8 @@ def train(name, config_items, tiny, retrain, save, cache_dir, output, output_for
     Training is seeded and checkpointed into the cache as it goes: an interrupted run
     (Ctrl-C, a killed process) resumes where it stopped and ends with the same weights.
     """
+    from edgekit.jobs.evaluate import train_model
     from edgekit.utils.provenance import provenance
-
-    from .model_jobs import train_model
 
     result = run_job(train_model, name, overrides_from(config_items), tiny=tiny, cache_dir=cache_dir,
                      retrain=retrain)
@@ -265,8 +263,8 @@ def eval_(model, formats_, format_list, inputs, input_shapes, embeddings, plot, 
     names = list(dict.fromkeys([*formats_, *(FormatName(liftquant=True).convert(f, None, None)
                                              for f in comma_list(format_list) or [])]))
     if Path(model).suffix.lower() in (".onnx", ".pt2"):
-        from .graph_eval_job import DEFAULT_FORMATS, evaluate_model_file
-        from .plots import output_agreement_png
+        from edgekit.jobs.graph_eval import DEFAULT_FORMATS, evaluate_model_file
+        from edgekit.jobs.plots import output_agreement_png
 
         if config_items or tiny:
             raise click.UsageError("--config and --tiny apply to registered models, not to a model file")
@@ -293,7 +291,7 @@ def eval_(model, formats_, format_list, inputs, input_shapes, embeddings, plot, 
     if inputs or input_shapes or embeddings or plot:
         raise click.UsageError("--inputs, --input-shape, --embeddings and --plot apply to .onnx and .pt2 files")
 
-    from .model_jobs import FLOAT, evaluate_formats, resolve
+    from edgekit.jobs.evaluate import FLOAT, evaluate_formats, resolve
 
     entry, config, module, directory = run_job(resolve, model, overrides_from(config_items), tiny=tiny,
                                                cache_dir=cache_dir)
@@ -371,12 +369,12 @@ def report(models, formats, targets, deploy_items, configs, rounds, studies, mod
 
     from tqdm import tqdm
 
+    from edgekit.jobs.report import check_plan, run_report
     from edgekit.models.training import progress_interval
     from edgekit.utils.files import check_output_dir
     from edgekit.utils.provenance import provenance
 
     from .console import keep_log, library_log
-    from .report_job import check_plan, run_report
     from .report_output import REPORT_JSON, write_report
 
     deploy = {}
@@ -431,7 +429,7 @@ def compile_(model, fmt, layers, codes, target, output, seed, input_shapes, max_
     Planned weights are stored as packed codes and scales in the simulators' bytes and
     decoded inside fused matrix kernels. A preflight lists what the target cannot run.
     """
-    from .compile_job import compile_model
+    from edgekit.jobs.compile import compile_model
 
     fmt = fmt or ("fp32" if codes else "mxfp4")  # quantize leaves the layers it does not code in float
     manifest = run_job(compile_model, model, fmt, target, output, layers, seed=seed, codes=codes,
@@ -468,7 +466,7 @@ def compile_(model, fmt, layers, codes, target, output, seed, input_shapes, max_
 def export(model, fmt, layers, output, seed, input_shapes, embeddings):
     """Export MODEL (registered name, checkpoint, .onnx or .pt2) to standard ONNX whose weights are packed
     codes decoded with Gather tables."""
-    from .compile_job import export_model
+    from edgekit.jobs.compile import export_model
 
     summary = run_job(export_model, model, fmt, output, layers, seed=seed,
                       input_shapes=input_shapes_from(input_shapes), embeddings=embeddings)
@@ -551,10 +549,9 @@ def bench(model, target, fmt, repeat, threads, seed, output, output_format):
     """
     from tqdm import tqdm
 
+    from edgekit.jobs.bench import bench_model, render_bench
     from edgekit.targets import load_target
     from edgekit.utils.provenance import provenance
-
-    from .bench_job import bench_model, render_bench
 
     try:
         load_target(target)
@@ -591,10 +588,9 @@ def qsnr(formats_, blocks, tensors, rotation, rows, cols, seed, output, output_f
     """The INT-vs-FP study: QSNR of each format across block sizes, tensor families and rotation."""
     from tqdm import tqdm
 
+    from edgekit.jobs import qsnr_study as study
+    from edgekit.jobs.plots import qsnr_plot
     from edgekit.utils.provenance import provenance
-
-    from . import qsnr_study as study
-    from .plots import qsnr_plot
 
     if cols % study.ROTATION_SIZE:
         raise click.BadParameter(f"must be a multiple of {study.ROTATION_SIZE}, got {cols}", param_hint="--cols")
@@ -649,10 +645,9 @@ def render_qsnr(sections: dict[str, list[dict]], blocks: list) -> str:
 @click.option("--seed", type=int, default=0, show_default=True)
 def demo(formats_, output, output_format, seed):
     """Quantize a built-in tensor and a small trained model in every format; print what it costs."""
+    from edgekit.jobs.demo import render_demo, run_demo
     from edgekit.simulators import FORMATS
     from edgekit.utils.provenance import provenance
-
-    from .demo import render_demo, run_demo
 
     sections = run_demo(list(formats_) or list(FORMATS), seed, log=lambda msg: click.echo(msg, err=True))
     text = render_demo(sections)

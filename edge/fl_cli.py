@@ -209,9 +209,8 @@ def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixin
     from tqdm import tqdm
 
     from edgekit.federated.apps import RunSettings
+    from edgekit.jobs.fl import run_fl
     from edgekit.targets import load_target
-
-    from .fl_job import run_fl
 
     try:
         peak = load_target(device).peak("fp32")
@@ -281,7 +280,7 @@ def report(results, output):
     Each RESULT is a report of `edgekit fl run`, or a file of several runs (a "runs" list,
     as benchmarks/fl_diloco.py writes).
     """
-    from .fl_job import fl_plot, render_summary, run_label
+    from edgekit.jobs.fl import fl_plot, render_summary, run_label
 
     runs = []
     for path in results:

@@ -72,11 +72,11 @@ def quantize(model, method, grids, input_scaling, damp, bits, budget, target, co
     --method gptq quantizes every Linear layer of a zoo model with GPTQ on one grid: the
     candidate (--grids) that stores the most bytes within the request.
     """
+    from edgekit.jobs.gptq import run_gptq
+    from edgekit.jobs.quantize import result_rows, run_quantize
     from edgekit.utils.output import resolve_output_format
 
-    from .gptq_job import run_gptq
     from .job_runner import run_job
-    from .quantize_job import result_rows, run_quantize
 
     grid_list = [g.strip() for g in grids.split(",") if g.strip()] if grids else None
     options = {"bits": bits, "budget": budget, "target": target, "candidates": configs, "group_size": group_size,

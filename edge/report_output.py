@@ -14,10 +14,9 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from edgekit.jobs.plots import latency_size_png, metric_vs_bits_png, output_agreement_png
 from edgekit.utils.files import check_output_dir, staged_directory
 from edgekit.utils.output import json_safe, markdown_table
-
-from .plots import latency_size_png, metric_vs_bits_png, output_agreement_png
 
 REPORT_JSON = "report.json"
 FILES = ("index.html", REPORT_JSON, "report.md", "accuracy_vs_bits.png", "latency_size.png")

@@ -1,4 +1,6 @@
-"""Imports flow one way, with no cycles: edge -> compilers/federated/models -> targets -> simulators -> utils.
+"""Imports flow one way, with no cycles: edge -> jobs -> compilers/federated/models -> targets -> simulators -> utils.
+
+(``edge`` is the CLI; ``jobs`` the library functions behind its commands, which combine the packages.)
 
 (``targets`` sits below the compilers: a compile pass reads the target it builds for.)
 
@@ -14,9 +16,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = {"edgekit": "edge", "edgekit.simulators": "simulators", "edgekit.simulators.liftquant": "simulators/liftquant",
             "edgekit.compilers": "compilers", "edgekit.federated": "federated", "edgekit.models": "models",
-            "edgekit.targets": "targets", "edgekit.utils": "utils"}
-LAYER = {"edgekit": 0, "edgekit.compilers": 1, "edgekit.federated": 1, "edgekit.models": 1, "edgekit.targets": 2,
-         "edgekit.simulators": 3, "edgekit.utils": 4}
+            "edgekit.targets": "targets", "edgekit.utils": "utils", "edgekit.jobs": "jobs"}
+LAYER = {"edgekit": 0, "edgekit.jobs": 1, "edgekit.compilers": 2, "edgekit.federated": 2, "edgekit.models": 2,
+         "edgekit.targets": 3, "edgekit.simulators": 4, "edgekit.utils": 5}
 
 
 def project_modules() -> dict[str, Path]:

@@ -15,7 +15,7 @@ from edgekit.cli import main
 from edgekit.compilers.onnx_export import onnx_session
 from edgekit.compilers.onnx_graph import input_shapes, read_onnx, simplify, weight_sites
 from edgekit.compilers.runtime import RUNTIME_DIR_ENV, runtime_dir
-from edgekit.graph_eval_job import evaluate_model_file
+from edgekit.jobs.graph_eval import evaluate_model_file
 from edgekit.simulators import dequantize, quantize
 
 from .user_models import CORPUS, export_onnx, inputs_npz, save_program

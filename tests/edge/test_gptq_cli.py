@@ -5,7 +5,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from edgekit.gptq_job import choose_grid
+from edgekit.jobs.gptq import choose_grid
 from edgekit.quantize_cli import quantize
 
 

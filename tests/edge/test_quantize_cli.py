@@ -3,8 +3,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from edgekit.jobs.quantize import parse_size
 from edgekit.quantize_cli import quantize
-from edgekit.quantize_job import parse_size
 
 SMALL = "6to4,12to8,4to2,8to4,16to8,12to4,14to4,16to4"  # codebooks whose search is quick
 

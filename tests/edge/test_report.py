@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgekit import build_cache
 from edgekit.cli import main
+from edgekit.jobs import build_cache
 from edgekit.report_output import FILES, validate
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -149,8 +149,8 @@ def test_interrupted_run_leaves_no_report_and_resumes(tmp_path, monkeypatch):
 
 
 def test_report_configs_train_shorter_with_the_default_architecture():
+    from edgekit.jobs.report import check_plan, model_config
     from edgekit.models import registry
-    from edgekit.report_job import check_plan, model_config
 
     lm = registry.get_model("lm")
     default, short, tiny = (model_config(lm, configs) for configs in ("default", "report", "tiny"))
@@ -165,8 +165,8 @@ def test_report_configs_train_shorter_with_the_default_architecture():
 
 
 def test_liftquant_is_left_out_of_models_with_convolutions():
+    from edgekit.jobs.report import codable_formats
     from edgekit.models import registry
-    from edgekit.report_job import codable_formats
 
     entry = registry.get_model("fluxnet")
     model = entry.build(registry.make_config(entry, tiny=True))

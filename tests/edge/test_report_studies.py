@@ -3,7 +3,7 @@
 import jsonschema
 import pytest
 
-from edgekit.report_job import check_plan, run_studies
+from edgekit.jobs.report import check_plan, run_studies
 from edgekit.report_output import schema, study_rows
 
 

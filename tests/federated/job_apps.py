@@ -1,8 +1,8 @@
-"""edgekit's own apps (``edgekit.fl_job``'s ClientApp and runners: FedRGL, RieSelect) with the toy
+"""edgekit's own apps (``edgekit.jobs.fl``'s ClientApp and runners: FedRGL, RieSelect) with the toy
 apps' summary in place of the report, for the resume tests (``tests.federated.job_apps:server_app``)."""
 
-from edgekit import fl_job
 from edgekit.federated.apps import make_server_app
+from edgekit.jobs import fl as fl_job
 
 from .toy_apps import write_summary
 

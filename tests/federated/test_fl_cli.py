@@ -8,7 +8,7 @@ from edgekit.federated.apps import METHODS
 from edgekit.federated.choices import METHOD_NAMES
 from edgekit.federated.flower_run import LocalFederation
 from edgekit.fl_cli import fl, parse_duration, parse_rate
-from edgekit.fl_job import RUNNERS, run_label
+from edgekit.jobs.fl import RUNNERS, run_label
 
 
 def invoke(*args):

@@ -88,7 +88,7 @@ def test_sigkilled_process_resumes_to_the_same_result(tmp_path):
 ])
 def test_stopped_fedrgl_and_rieselect_runs_resume_to_the_same_result(tmp_path, method, options, stop):
     from edgekit.federated.apps import RunSettings
-    from edgekit.fl_job import run_inproc
+    from edgekit.jobs.fl import run_inproc
 
     settings = RunSettings(method=method, drop=0.1, **options)
     whole, whole_grid = run_inproc(settings)

@@ -267,7 +267,7 @@ def test_selective_uplink_on_the_engine():
 
 
 def test_lm_tasks_from_the_stdlib():
-    from edgekit.fl_job import CONTINUAL_TASKS, continual_lm_workload
+    from edgekit.jobs.fl import CONTINUAL_TASKS, continual_lm_workload
 
     workload = continual_lm_workload(2)
     assert workload.num_tasks == len(CONTINUAL_TASKS) == 3

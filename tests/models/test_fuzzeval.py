@@ -8,9 +8,9 @@ from edgekit.models.code_mutants import OPERATORS, Site, apply_mutations, mutati
 from edgekit.models.fuzz_inputs import fuzz_inputs, hypothesis_inputs, mutate_value, strategy_from_values
 from edgekit.models.fuzzeval import (
     build_tests,
-    score_candidate,
     evaluate_program,
     evaluate_selection,
+    score_candidate,
     score_problems,
     server_candidates,
     values_equal,

@@ -8,7 +8,7 @@ from torch import nn
 from edgekit.models import mdm_samplers, sudoku
 from edgekit.models.mdm_samplers import sample, schedule
 from edgekit.models.registry import make_config, train
-from edgekit.models.sudoku_mdm import SudokuMDMConfig, evaluate, mask_grids, run_sampler, puzzles_for
+from edgekit.models.sudoku_mdm import SudokuMDMConfig, evaluate, mask_grids, puzzles_for, run_sampler
 from edgekit.models.weights import quantized_copy
 
 torch.set_num_threads(1)

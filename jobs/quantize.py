@@ -433,8 +433,8 @@ def run_quantize(model: str, *, bits: float | None = None, budget: str | None = 
     """
     from edgekit.models.registry import save_checkpoint
 
-    from .compile_job import GRAPH_SUFFIXES, resolve_model
-    from .model_jobs import resolve
+    from .compile import GRAPH_SUFFIXES, resolve_model
+    from .evaluate import resolve
 
     budget_bytes = requested_bytes(bits, budget, target)
     if grids:
@@ -442,7 +442,7 @@ def run_quantize(model: str, *, bits: float | None = None, budget: str | None = 
     if Path(model).suffix.lower() in GRAPH_SUFFIXES:
         from edgekit.compilers.onnx_export import onnx_session
 
-        from .graph_eval_job import load_inputs
+        from .graph_eval import load_inputs
 
         if save:
             raise ValueError("--save writes a zoo checkpoint; for a model file use --codes, then "

@@ -10,7 +10,7 @@ RieSelect the same LM on stdlib packages one after another (:func:`continual_lm_
 both come to the apps as runners (:data:`RUNNERS`).
 
 ``server_app`` and ``client_app`` are the Flower components that ``flwr run`` loads for the
-Ray and deployment engines (``edgekit.fl_job:server_app``, ``edgekit.fl_job:client_app``);
+Ray and deployment engines (``edgekit.jobs.fl:server_app``, ``edgekit.jobs.fl:client_app``);
 the in-process engine runs the same ones. A run writes a JSON report (every number, per
 round, with provenance) and a PNG.
 """
@@ -442,7 +442,7 @@ def run_fl(settings: RunSettings, engine: str, output: str | Path, *, checkpoint
     federation = (Federation(superlink, root_certificates=root_certificates) if superlink is not None
                   else LocalFederation(settings.clients, simulation=engine == "ray", tls=tls))
     with tempfile.TemporaryDirectory(prefix="edgekit-fl-app-") as app_dir, federation:
-        write_app(app_dir, "edgekit.fl_job:server_app", "edgekit.fl_job:client_app", remote.run_config())
+        write_app(app_dir, "edgekit.jobs.fl:server_app", "edgekit.jobs.fl:client_app", remote.run_config())
         log(f"{engine}: submitting to the SuperLink at {federation.address}")
         def on_line(line: str) -> None:
             record = parse_progress(line)

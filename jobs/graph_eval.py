@@ -20,7 +20,7 @@ from edgekit.compilers.plan import is_liftquant, make_plan
 from edgekit.compilers.preflight import check_quantizes
 from edgekit.simulators.metrics import output_agreement
 
-from .compile_job import resolve_model
+from .compile import resolve_model
 
 FLOAT = "fp32"
 RANDOM_BATCH = 8  # rows drawn for a symbolic batch dim, so that top-1 agreement is over more than one row

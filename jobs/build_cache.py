@@ -18,10 +18,10 @@ from pathlib import Path
 
 from edgekit import compilers, simulators, targets
 from edgekit.compilers.runtime import MANIFEST
+from edgekit.jobs import compile as compile_job
 from edgekit.models.cache import source_digest, tree_digest
 
-from . import compile_job
-from .compile_job import compile_model
+from .compile import compile_model
 
 
 def compiler_code() -> str:

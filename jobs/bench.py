@@ -40,7 +40,7 @@ from edgekit.compilers.pipeline import layer_totals
 from edgekit.compilers.preflight import PreflightError, preflight
 from edgekit.targets import host_arch
 
-from .compile_job import ModelSource, load_model
+from .compile import ModelSource, load_model
 
 TVM_THREADS_ENV = "TVM_NUM_THREADS"
 MIN_SAMPLE_S = 0.02  # one sample is the mean of as many calls as fill this long

@@ -24,8 +24,8 @@ import numpy as np
 from edgekit.models import registry, studies, weights
 
 from .build_cache import artifact_bytes, cached_build, compiler_code
-from .compile_job import load_model
-from .model_jobs import FLOAT, evaluate_formats
+from .compile import load_model
+from .evaluate import FLOAT, evaluate_formats
 
 DEFAULT_MODELS = ("lm", "fluxnet", "meanflow_policy")
 DEFAULT_FORMATS = ("fp32", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxint4", "mxfp4", "nvfp4",
@@ -236,7 +236,7 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
     from edgekit.models.cache import cache_root
     from edgekit.targets import load_target, runs_here
 
-    from .bench_job import configure_tvm_threads
+    from .bench import configure_tvm_threads
 
     root = cache_root(cache_dir)
     code = compiler_code()
@@ -298,7 +298,7 @@ def run_report(plan: ReportPlan, cache_dir=None, log: Callable[[str], None] = pr
 
 def score_model_files(plan: ReportPlan, log: Callable[[str], None] = print, progress: Callable | None = None) -> list[dict]:
     """Each user model file in each of the plan's formats against float, in onnxruntime (``edgekit eval FILE``)."""
-    from .graph_eval_job import evaluate_model_file
+    from .graph_eval import evaluate_model_file
 
     formats = [f for f in plan.formats if f != FLOAT]
     rows = []

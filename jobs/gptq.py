@@ -6,7 +6,7 @@ Passes, each a function of plain inputs:
    per group of 64 or 128 inputs, MXINT4, MXFP4), the one that stores the most bytes
    within the request (bits per weight, a model size, or a target's memory). An integer
    width cannot land on an arbitrary budget: the rest of it stays unused.
-2. :func:`edgekit.quantize_job.calibrate`: the input second moment ``E[x x^T]`` of every
+2. :func:`edgekit.jobs.quantize.calibrate`: the input second moment ``E[x x^T]`` of every
    layer from the model's training loss on a few seeded batches (the Hessian GPTQ uses).
 3. :func:`code_layer`: the seeded incoherence rotation of the input axis, optionally
    activation-aware input multipliers (the strength with the lowest calibration output
@@ -28,7 +28,7 @@ from edgekit.simulators import gptq as gq
 from edgekit.simulators.incoherence import Incoherence
 from edgekit.simulators.liftquant import output_error
 
-from .quantize_job import ALPHAS, calibrate, float_bytes, linear_layers, requested_bytes
+from .quantize import ALPHAS, calibrate, float_bytes, linear_layers, requested_bytes
 
 GRIDS = [f"int{b}_g{g}" for b in gq.INT_BITS for g in (64, 128)] + list(gq.MX_FORMATS)
 
@@ -133,8 +133,8 @@ def run_gptq(model: str, *, bits: float | None = None, budget: str | None = None
     """
     from edgekit.models.registry import save_checkpoint
 
-    from .compile_job import GRAPH_SUFFIXES
-    from .model_jobs import resolve
+    from .compile import GRAPH_SUFFIXES
+    from .evaluate import resolve
 
     budget_bytes = requested_bytes(bits, budget, target)
 
