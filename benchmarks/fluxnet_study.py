@@ -2,7 +2,7 @@
 MXFP8 and MXFP4 weights (run by hand; trains through the model cache, so a rerun only evaluates).
 
     python benchmarks/fluxnet_study.py [--pdes traffic,convection_diffusion,shallow_water,cahn_hilliard]
-                                       [--boundary periodic] [--formats fp32,mxfp8_e4m3,mxfp4]
+                                       [--boundary periodic] [--formats fp32,mxfp8_e4m3,...]
                                        [-o benchmarks/results/fluxnet_study.json]
 
 Every surrogate is the registered ``fluxnet`` model with another config, trained by
@@ -39,7 +39,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pdes", default=",".join(pde.PROBLEMS), help="comma-separated problems")
     parser.add_argument("--boundary", default="periodic", choices=pde.BOUNDARIES)
-    parser.add_argument("--formats", default="fp32,mxfp8_e4m3,mxfp4", help="weight formats; fp32: as trained")
+    parser.add_argument("--formats", default=",".join(fluxnet.STUDY_FORMATS), help="weight formats; fp32: as trained")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fluxnet_study.json"))
     args = parser.parse_args()
 
@@ -55,7 +55,7 @@ def main():
         for arch, head in fluxnet.STUDY_VARIANTS:
             configs.append(fluxnet.FluxNetConfig(pde=name, arch=arch, head=head,
                                                  **base, **(FLUX_RATE if arch == "flux_rate" else {})))
-    formats = [None if f == "fp32" else f for f in args.formats.split(",")]
+    formats = args.formats.split(",")
     began = time.perf_counter()
 
     def log(message):

@@ -39,13 +39,14 @@ from edgekit.jobs.quantize import calibrate, linear_layers, quantize_model, quan
 from edgekit.models import lm, registry
 from edgekit.simulators import get_format, quantize_dequantize
 from edgekit.simulators import quantize as block_quantize
+from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.gptq import IntGrid, rtn
 from edgekit.simulators.incoherence import Incoherence
 from edgekit.simulators.liftquant import codebook_bytes
 
 UNIFORM = ["16to8", "22to10", "24to10", "20to8", "22to8", "12to4", "14to4", "16to4"]
 MIXED_BITS = [2.3, 3.2]
-BLOCK_FORMATS = ["mxfp4", "mxint4", "nvfp4"]
+BLOCK_FORMATS = wf.names("block", lambda r: r.element_bits == 4)
 RTN_BITS = [2, 3]
 RTN_GROUP = 64
 

@@ -24,9 +24,12 @@ from seed_stats import interval
 
 from edgekit.models import mdm_samplers, registry, sudoku_mdm
 from edgekit.models.weights import quantized_copy
+from edgekit.simulators import weight_formats as wf
 from edgekit.utils.provenance import provenance, require_clean_tree
 
-FORMATS = ("fp32", "mxint8", "mxfp4")
+# the float reference, and the MX formats of 8-bit INT and 4-bit FP elements
+FORMATS = (wf.REFERENCE, *wf.names("block", lambda r: r.is_mx and (r.element_kind, r.element_bits) in (("int", 8),
+                                                                                                     ("float", 4))))
 METRICS = ("solve_rate", "cell_accuracy", "violations", "seconds_per_puzzle")
 
 
@@ -44,7 +47,7 @@ def run_seed(config, rounds: list[int], temperatures: list[float], val_puzzles: 
     test = sudoku_mdm.puzzles_for(config, "test")
     rows = []
     for fmt in FORMATS:
-        candidate = model if fmt == "fp32" else quantized_copy(model, fmt)
+        candidate = model if fmt == wf.REFERENCE else quantized_copy(model, fmt)
         for r in rounds:
             for method in mdm_samplers.METHODS:
                 result = sudoku_mdm.run_sampler(candidate, *test, method, r, candidates=config.candidates,

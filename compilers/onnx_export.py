@@ -49,6 +49,7 @@ from torch import nn
 from edgekit.simulators import QuantizedTensor, quantize
 from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.codec import kernel_tables
+from edgekit.simulators.formats import code_group
 from edgekit.simulators.liftquant import codebook_bytes
 from edgekit.simulators.liftquant import quantize as liftquant_quantize
 from edgekit.simulators.weight_formats import WeightFormat
@@ -68,31 +69,36 @@ PLAN_KEY = "edgekit.plan"  # metadata entry that records the plan a file was exp
 
 
 def _unpack(b: DecodeBuilder, codes: str, bits: int, lead: tuple, row_bytes: int) -> str:
-    """uint8 codes, one per element, from the packed bytes (the layout of ``reference.unpack_codes``)."""
-    if bits == 8:
+    """uint8 codes, one per element, from the packed bytes (the layout of ``reference.unpack_codes``).
+
+    A group of bytes (:func:`~edgekit.simulators.formats.code_group`) is read as one little-endian
+    word; code ``t`` is its bits ``[bits*t, bits*(t+1))``. The first code needs no shift and the
+    last no mask (the word has no bits above it).
+    """
+    per, nbytes = code_group(bits)
+    if per == 1:  # one code per byte: the bytes are the codes
         return codes
-    if bits == 4:
-        lo = b.op("BitwiseAnd", [codes, b.u8(0x0F)], "lo_nibble")
-        hi = b.op("BitShift", [codes, b.u8(4)], "hi_nibble", direction="RIGHT")
-        return stack_last(b, [lo, hi], lead, row_bytes, "unpacked")
-    if bits == 6:
-        groups = row_bytes // 3
-        triples = b.reshape(codes, lead + (groups, 3), "byte_triples")
-        b0, b1, b2 = (b.op("Gather", [triples, b.scalar_i64(k)], f"byte{k}", axis=-1) for k in range(3))
-        c0 = b.op("BitwiseAnd", [b0, b.u8(63)], "code0")
-        c1 = b.op("BitwiseOr", [
-            b.op("BitShift", [b0, b.u8(6)], "code1_lo", direction="RIGHT"),
-            b.op("BitShift", [b.op("BitwiseAnd", [b1, b.u8(15)], "code1_hi_bits"), b.u8(2)], "code1_hi",
-                 direction="LEFT"),
-        ], "code1")
-        c2 = b.op("BitwiseOr", [
-            b.op("BitShift", [b1, b.u8(4)], "code2_lo", direction="RIGHT"),
-            b.op("BitShift", [b.op("BitwiseAnd", [b2, b.u8(3)], "code2_hi_bits"), b.u8(4)], "code2_hi",
-                 direction="LEFT"),
-        ], "code2")
-        c3 = b.op("BitShift", [b2, b.u8(2)], "code3", direction="RIGHT")
-        return stack_last(b, [c0, c1, c2, c3], lead, groups, "unpacked")
-    raise ValueError(f"no ONNX unpacking for {bits}-bit codes (8, 6 and 4 are supported)")
+    groups = row_bytes // nbytes
+    if nbytes == 1:
+        word, dtype, const = codes, TensorProto.UINT8, b.u8
+    else:
+        grouped = b.op("Cast", [b.reshape(codes, lead + (groups, nbytes), "byte_groups")], "wide_bytes",
+                       to=TensorProto.UINT32)
+        parts = [b.op("Gather", [grouped, b.scalar_i64(j)], f"byte{j}", axis=-1) for j in range(nbytes)]
+        word = parts[0]
+        for j in range(1, nbytes):
+            shifted = b.op("BitShift", [parts[j], b.u32(8 * j)], f"byte{j}_up", direction="LEFT")
+            word = b.op("BitwiseOr", [word, shifted], f"word{j}")
+        dtype, const = TensorProto.UINT32, b.u32
+    out = []
+    for t in range(per):
+        code = word if t == 0 else b.op("BitShift", [word, const(bits * t)], f"code{t}_down", direction="RIGHT")
+        if t < per - 1:
+            code = b.op("BitwiseAnd", [code, const((1 << bits) - 1)], f"code{t}")
+        if dtype != TensorProto.UINT8:
+            code = b.op("Cast", [code], f"code{t}_u8", to=TensorProto.UINT8)
+        out.append(code)
+    return stack_last(b, out, lead, groups, "unpacked")
 
 
 def decode_weight_nodes(name: str, q: QuantizedTensor) -> tuple[list[onnx.NodeProto], list[TensorProto], str]:

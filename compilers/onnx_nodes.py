@@ -39,6 +39,9 @@ class DecodeBuilder:
     def u8(self, value: int) -> str:
         return self.const(f"u8_{value}", np.array(value, np.uint8))
 
+    def u32(self, value: int) -> str:
+        return self.const(f"u32_{value}", np.array(value, np.uint32))
+
     def i64(self, values) -> str:
         values = [int(v) for v in np.atleast_1d(values)]
         return self.const("i64_" + "_".join(str(v) for v in values), np.array(values, np.int64))

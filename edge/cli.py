@@ -20,26 +20,26 @@ from .nemo_cli import nemo
 
 
 class FormatName(click.ParamType):
-    """A number format name from the format table (``mxfp4``, ``mxint8@64``, ``nvfp4`` ...), and with
-    ``liftquant=True`` also a LiftQuant configuration (``liftquant:2.4``, ``liftquant_24to10``)."""
+    """A weight-format name the format table resolves (``mxfp4``, ``mxint8@64``, ``liftquant:2.4``,
+    ``fp16`` ...), of the given families (default: all); converted to its canonical name."""
 
     name = "format"
 
-    def __init__(self, liftquant: bool = False):
-        self.liftquant = liftquant
+    def __init__(self, *families: str):
+        self.families = families
 
     def convert(self, value, param, ctx):
-        from edgekit.simulators import get_format
-        from edgekit.simulators.liftquant.codebooks import parse_liftquant
+        from edgekit.simulators import weight_formats as wf
 
-        text = value.strip().lower()
         try:
-            if self.liftquant and text.startswith("liftquant"):
-                return parse_liftquant(text).name
-            get_format(value)
+            row = wf.resolve(value)
         except ValueError as err:
             self.fail(str(err), param, ctx)
-        return text
+        if self.families and row.family not in self.families:
+            allowed = ", ".join(wf.names(self.families[0]) if len(self.families) == 1 else self.families)
+            self.fail(f"{value!r} is a {row.family} format; this option takes {' or '.join(self.families)} "
+                      f"formats ({allowed}; see `edgekit formats`)", param, ctx)
+        return row.name
 
 
 class BlockList(click.ParamType):
@@ -232,7 +232,7 @@ def comma_list(text: str | None) -> list[str] | None:
 
 @main.command(name="eval")
 @click.argument("model", metavar="MODEL")
-@click.option("--format", "formats_", type=FormatName(liftquant=True), multiple=True,
+@click.option("--format", "formats_", type=FormatName(), multiple=True,
               help="Quantize the weights of every Linear/Conv layer in this format first (repeatable; "
                    "liftquant:BITS or liftquant_DtoD code Linear layers only); the float model is always scored too.")
 @click.option("--formats", "format_list", default=None, metavar="F,G",
@@ -258,17 +258,18 @@ def eval_(model, formats_, format_list, inputs, input_shapes, embeddings, plot, 
     """
     from tqdm import tqdm
 
+    from edgekit.simulators import weight_formats as wf
     from edgekit.utils.provenance import provenance
 
-    names = list(dict.fromkeys([*formats_, *(FormatName(liftquant=True).convert(f, None, None)
+    names = list(dict.fromkeys([*formats_, *(FormatName().convert(f, None, None)
                                              for f in comma_list(format_list) or [])]))
     if Path(model).suffix.lower() in (".onnx", ".pt2"):
-        from edgekit.jobs.graph_eval import DEFAULT_FORMATS, evaluate_model_file
+        from edgekit.jobs.graph_eval import default_formats, evaluate_model_file
         from edgekit.jobs.plots import output_agreement_png
 
         if config_items or tiny:
             raise click.UsageError("--config and --tiny apply to registered models, not to a model file")
-        names = [f for f in names or DEFAULT_FORMATS if f != "fp32"]
+        names = [f for f in names or default_formats() if f != wf.REFERENCE]
 
         def file_bar(items):
             return tqdm(items, desc=f"eval {Path(model).name}", unit="format", leave=False)
@@ -291,7 +292,7 @@ def eval_(model, formats_, format_list, inputs, input_shapes, embeddings, plot, 
     if inputs or input_shapes or embeddings or plot:
         raise click.UsageError("--inputs, --input-shape, --embeddings and --plot apply to .onnx and .pt2 files")
 
-    from edgekit.jobs.evaluate import FLOAT, evaluate_formats, resolve
+    from edgekit.jobs.evaluate import evaluate_formats, resolve
 
     entry, config, module, directory = run_job(resolve, model, overrides_from(config_items), tiny=tiny,
                                                cache_dir=cache_dir)
@@ -299,7 +300,7 @@ def eval_(model, formats_, format_list, inputs, input_shapes, embeddings, plot, 
     def bar(items):
         return tqdm(items, desc=f"eval {entry.name}", unit="format", leave=False)
 
-    names = [FLOAT, *dict.fromkeys(f for f in names if f != FLOAT)]
+    names = [wf.REFERENCE, *dict.fromkeys(f for f in names if f != wf.REFERENCE)]
     with clear_errors():
         rows = evaluate_formats(entry, config, module, names, directory, progress=bar)
     text = f"{entry.name}: {entry.metric_label}\n\n" + markdown_table(rows)
@@ -430,8 +431,9 @@ def compile_(model, fmt, layers, codes, target, output, seed, input_shapes, max_
     decoded inside fused matrix kernels. A preflight lists what the target cannot run.
     """
     from edgekit.jobs.compile import compile_model
+    from edgekit.simulators import weight_formats as wf
 
-    fmt = fmt or ("fp32" if codes else "mxfp4")  # quantize leaves the layers it does not code in float
+    fmt = fmt or (wf.REFERENCE if codes else "mxfp4")  # quantize leaves the layers it does not code in float
     manifest = run_job(compile_model, model, fmt, target, output, layers, seed=seed, codes=codes,
                        input_shapes=input_shapes_from(input_shapes), max_batch=max_batch)
     rows = [{"layer": name, **{k: r[k] for k in ("format", "op", "layout", "codes_bytes", "scales_bytes",
@@ -569,7 +571,7 @@ def bench(model, target, fmt, repeat, threads, seed, output, output_format):
 
 
 @main.command()
-@click.option("--format", "formats_", type=FormatName(), multiple=True,
+@click.option("--format", "formats_", type=FormatName("block"), multiple=True,
               help="Formats to measure (repeatable; default: every format, INT ones also with asymmetric clipping).")
 @click.option("--blocks", type=BlockList(), default="tensor,256,128,64,32,16", show_default=True,
               help="Block sizes; 'tensor' is one scale for the whole tensor.")
@@ -639,7 +641,7 @@ def render_qsnr(sections: dict[str, list[dict]], blocks: list) -> str:
 
 
 @main.command()
-@click.option("--format", "formats_", type=FormatName(), multiple=True,
+@click.option("--format", "formats_", type=FormatName("block"), multiple=True,
               help="Formats to run (repeatable; default: every format).")
 @output_options(default_name=None)
 @click.option("--seed", type=int, default=0, show_default=True)

@@ -10,14 +10,15 @@ import click
 from click.core import ParameterSource
 
 from edgekit.federated.choices import (
-    COMPRESSIONS,
     ENGINES,
     GRAPH_METHODS,
     GRAPHS,
     METHOD_NAMES,
     MIXINGS,
+    NO_COMPRESSION,
     NOISES,
     SELECTIONS,
+    compressions,
     split_tasks,
 )
 from edgekit.federated.topology import TOPOLOGIES
@@ -61,6 +62,18 @@ class Quantity(click.ParamType):
 
 
 RATE, DURATION = Quantity("rate", parse_rate), Quantity("duration", parse_duration)
+
+
+class Compression(click.ParamType):
+    """``none`` or an OCP MX format; the table is asked only when a format is given (it loads the codecs)."""
+
+    name = "compression"
+
+    def convert(self, value, param, ctx):
+        text = str(value).strip().lower()
+        if text != NO_COMPRESSION and text not in compressions():
+            self.fail(f"{value!r} is not a compression; allowed: {', '.join(compressions())}", param, ctx)
+        return text
 PROBABILITY = click.FloatRange(0.0, 1.0)
 
 # The options (by parameter name) that only some methods read; giving one to another method is an error.
@@ -125,8 +138,9 @@ def fl():
 @click.option("--topology", type=click.Choice(TOPOLOGIES), default="ring", show_default=True, help="gossip: graph.")
 @click.option("--mixing", type=click.Choice(MIXINGS), default="metropolis", show_default=True,
               help="gossip: lazy Metropolis weights over live links, or exact averaging (= DiLoCo).")
-@click.option("--compression", type=click.Choice(COMPRESSIONS), default="none", show_default=True,
-              help="MX format of what each worker sends (DiLoCo: pseudo-gradients; gossip: parameters).")
+@click.option("--compression", type=Compression(), default=NO_COMPRESSION, show_default=True,
+              help="none, or the OCP MX format of what each worker sends (DiLoCo: pseudo-gradients; gossip: "
+                   "parameters); `edgekit formats` lists them.")
 @click.option("--bandwidth", type=RATE, default="10Mbit", show_default=True, help="Every link's bandwidth.")
 @click.option("--latency", type=DURATION, default="50ms", show_default=True)
 @click.option("--jitter", type=DURATION, default="0ms", show_default=True,

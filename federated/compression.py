@@ -24,7 +24,7 @@ from collections.abc import Mapping
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
-from .choices import COMPRESSIONS
+from .choices import NO_COMPRESSION, compressions
 
 
 def _simulators():
@@ -40,8 +40,10 @@ TENSORS = "tensors"
 
 
 def check_compression(name: str) -> str:
-    if name not in COMPRESSIONS:
-        raise ValueError(f"unknown compression {name!r}; allowed: {', '.join(COMPRESSIONS)}")
+    if name == NO_COMPRESSION:  # the common case needs no codec import (Flower starts a process per message)
+        return name
+    if name not in compressions():
+        raise ValueError(f"unknown compression {name!r}; allowed: {', '.join(compressions())}")
     return name
 
 

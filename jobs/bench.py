@@ -38,6 +38,7 @@ import numpy as np
 from edgekit.compilers.onnx_export import onnx_session
 from edgekit.compilers.pipeline import layer_totals
 from edgekit.compilers.preflight import PreflightError, preflight
+from edgekit.simulators import weight_formats as wf
 from edgekit.targets import host_arch
 
 from .compile import ModelSource, load_model
@@ -50,6 +51,7 @@ MIB = 1024 * 1024
 FLOAT_ORT = "onnxruntime"
 QUANT_ORT = "onnxruntime (quantized graph)"
 BACKENDS = ("tvm", FLOAT_ORT, QUANT_ORT, "torch eager")
+REFERENCE_BITS = wf.resolve(wf.REFERENCE).bits_per_weight()
 
 
 class ForeignTarget(ValueError):
@@ -221,7 +223,7 @@ def torch_backend(module, inputs, stored: int) -> Backend:
             out = module(*tensors)
         return (out if isinstance(out, torch.Tensor) else out[0]).numpy()
 
-    return Backend("torch eager", "fp32", 32.0, stored, torch.get_num_threads(), call, python_timer(call),
+    return Backend("torch eager", wf.REFERENCE, REFERENCE_BITS, stored, torch.get_num_threads(), call, python_timer(call),
                    "perf_counter over module(x) in inference_mode")
 
 
@@ -263,8 +265,8 @@ def bench_model(model: str, fmt: str, target_spec: str, repeat: int = 20, thread
             if source.is_graph:
                 float_path, quant_path = Path(tmp) / "float.onnx", Path(tmp) / "quantized.onnx"
                 float_path.write_bytes(source.graph.SerializeToString())
-                backends.append(ort_backend(FLOAT_ORT, float_path, "fp32", 32.0, 4 * numel, inputs, threads))
-                if fmt == "fp32":
+                backends.append(ort_backend(FLOAT_ORT, float_path, wf.REFERENCE, REFERENCE_BITS, 4 * numel, inputs, threads))
+                if fmt == wf.REFERENCE:
                     skipped.append("onnxruntime (quantized graph): the fp32 plan is the float graph itself")
                 else:
                     totals = export_onnx_graph(source.graph, make_plan(imported.layers, fmt), source.sites,
@@ -276,9 +278,9 @@ def bench_model(model: str, fmt: str, target_spec: str, repeat: int = 20, thread
                 log("exporting the float and the quantized ONNX graphs ...")
                 example = source.example_inputs
                 float_path, quant_path = Path(tmp) / "float.onnx", Path(tmp) / "quantized.onnx"
-                export_onnx(source.module, example, make_plan(source.module, "fp32"), float_path)
-                backends.append(ort_backend(FLOAT_ORT, float_path, "fp32", 32.0, 4 * numel, inputs, threads))
-                if fmt == "fp32":
+                export_onnx(source.module, example, make_plan(source.module, wf.REFERENCE), float_path)
+                backends.append(ort_backend(FLOAT_ORT, float_path, wf.REFERENCE, REFERENCE_BITS, 4 * numel, inputs, threads))
+                if fmt == wf.REFERENCE:
                     skipped.append("onnxruntime (quantized graph): the fp32 plan exports the float graph itself")
                 else:
                     totals = export_onnx(source.module, example, make_plan(source.module, fmt), quant_path)["totals"]
@@ -339,7 +341,7 @@ def check_outputs(backends: list[Backend]) -> dict[str, dict]:
     by_name = {b.name: b for b in backends}
     out = {}
     for b in backends:
-        if b.fmt == "fp32":
+        if b.fmt == wf.REFERENCE:
             ref = None if b.name == FLOAT_ORT else FLOAT_ORT
         else:  # a float reference would only show the quantization error
             ref = QUANT_ORT if b.name != QUANT_ORT and QUANT_ORT in outputs else None

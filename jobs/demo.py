@@ -7,6 +7,7 @@ from collections.abc import Callable
 import numpy as np
 
 from edgekit.simulators import dequantize, quantize, quantize_dequantize
+from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.metrics import qsnr, qsnr_over
 from edgekit.utils.output import markdown_table
 
@@ -38,7 +39,9 @@ def model_rows(formats: list[str], seed: int, log: Callable[[str], None]) -> lis
     model = train("digits", config).model
     weights = [w.detach().numpy() for w in quantizable_weights(model).values()]
     n_weights = sum(w.size for w in weights)
-    rows = [{"format": "fp32", "bits/weight": 32.0, "weight bytes": 4 * n_weights,
+    reference = wf.resolve(wf.REFERENCE)
+    rows = [{"format": reference.name, "bits/weight": reference.bits_per_weight(),
+             "weight bytes": n_weights * reference.element_bits // 8,
              "weight QSNR dB": float("inf"), "test accuracy": evaluate(model, config)["accuracy"]}]
     for name in formats:
         log(f"  {name}")

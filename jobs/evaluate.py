@@ -16,9 +16,9 @@ from pathlib import Path
 from edgekit import simulators
 from edgekit.models import registry, weights
 from edgekit.models.cache import read_json, source_digest, tree_digest, write_json
+from edgekit.simulators import weight_formats as wf
 
 EVALUATIONS = "evaluations.json"
-FLOAT = "fp32"
 
 
 def evaluation_code(entry: registry.ModelEntry) -> str:
@@ -41,7 +41,7 @@ def model_rows(cache_dir=None) -> list[dict]:
     for name in registry.model_names():
         entry = registry.get_model(name)
         config = entry.config()
-        cached = read_json(registry.entry_directory(entry, config, cache_dir) / EVALUATIONS).get(FLOAT, {})
+        cached = read_json(registry.entry_directory(entry, config, cache_dir) / EVALUATIONS).get(wf.REFERENCE, {})
         value = cached.get("metrics", {}).get(entry.metric) if cached.get("code") == evaluation_code(entry) else None
         rows.append({"model": name, "parameters": parameter_count(entry.build(config)),
                      "metric": entry.metric_label, "fp32 (cached)": value, "description": entry.description})
@@ -55,7 +55,7 @@ def train_model(name: str, overrides: dict, *, tiny: bool = False, cache_dir=Non
     config = registry.make_config(entry, overrides, tiny=tiny)
     trained = registry.train(entry, config, cache_dir=cache_dir, progress=True, retrain=retrain, log=log)
     directory = registry.entry_directory(entry, config, cache_dir)
-    row = evaluate_formats(entry, config, trained.model, [FLOAT], directory)[0]
+    row = evaluate_formats(entry, config, trained.model, [wf.REFERENCE], directory)[0]
     return {"model": name, "config": dataclasses.asdict(config), "checkpoint": str(trained.checkpoint),
             "cached": trained.cached, "resumed_from": trained.resumed_from, "steps": trained.steps,
             "train_seconds": trained.train_seconds, "parameters": parameter_count(trained.model),
@@ -97,10 +97,10 @@ def evaluate_formats(entry, config, model, format_names: list[str], directory: P
             rows.append({**cached["row"], "source": "cache"})
             continue
         start = time.perf_counter()
-        candidate = model if name == FLOAT else weights.quantized_copy(model, name)
-        row = {"format": name, "bits/weight": weights.bits_per_weight(model, None if name == FLOAT else name),
+        candidate = model if name == wf.REFERENCE else weights.quantized_copy(model, name)
+        row = {"format": name, "bits/weight": weights.bits_per_weight(model, name),
                **entry.evaluate(candidate, config)}
-        if entry.compare is not None and name != FLOAT:
+        if entry.compare is not None and name != wf.REFERENCE:
             row.update(entry.compare(model, candidate, config))
         row["seconds"] = round(time.perf_counter() - start, 2)
         rows.append({**row, "source": "measured"})

@@ -18,13 +18,19 @@ import numpy as np
 from edgekit.compilers.onnx_export import export_onnx_graph, onnx_session
 from edgekit.compilers.plan import is_liftquant, make_plan
 from edgekit.compilers.preflight import check_quantizes
+from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.metrics import output_agreement
 
 from .compile import resolve_model
 
-FLOAT = "fp32"
 RANDOM_BATCH = 8  # rows drawn for a symbolic batch dim, so that top-1 agreement is over more than one row
-DEFAULT_FORMATS = ("fp16", "mxint8", "mxfp8_e4m3", "mxfp6_e2m3", "mxfp4", "mxint4", "nvfp4", "liftquant_24to10")
+GRAPH_LIFTQUANT_BITS = 2.4  # one LiftQuant width: its encoding of a large graph's weights takes the longest
+
+
+def default_formats() -> list[str]:
+    """Every float format but the reference, every block format, LiftQuant at 2.4 code bits."""
+    return [*wf.names("float", lambda r: r.name != wf.REFERENCE), *wf.names("block"),
+            *wf.liftquant_for_bits(GRAPH_LIFTQUANT_BITS)]
 ORT_DTYPES = {"tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
               "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(bool)": np.bool_}
 

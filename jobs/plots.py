@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 
+from edgekit.simulators import weight_formats as wf
 from edgekit.utils.output import atomic_write
 
 # Shades per element width: blues 8-bit, greens 6-bit, reds 4-bit.
@@ -67,21 +68,22 @@ def png_bytes(fig) -> bytes:
     return buf.getvalue()
 
 
-def _family(fmt: str) -> str:
-    return fmt.split("_")[0].rstrip("0123456789") if fmt.startswith("liftquant") else fmt
+def _line(fmt: str) -> str:
+    """The line a format's point joins: one for all LiftQuant configurations, else its own."""
+    return "liftquant" if wf.resolve(fmt).family == "liftquant" else fmt
 
 
 def _scatter_by_format(ax, points: list[tuple[float, float, str]]) -> None:
     """Points (bits, value, format), labelled; formats of one family (LiftQuant) joined by a line."""
     families = {}
     for bits, value, fmt in points:
-        families.setdefault(_family(fmt), []).append((bits, value, fmt))
+        families.setdefault(_line(fmt), []).append((bits, value, fmt))
     for family, pts in families.items():
         pts.sort()
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
         ax.plot(xs, ys, marker="o", ms=5, lw=1.2 if len(pts) > 1 else 0, label=family)
         for x, y, fmt in pts:
-            ax.annotate(fmt.removeprefix("liftquant_"), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+            ax.annotate(fmt.removeprefix(f"{family}_"), (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log", base=2)
     ax.grid(alpha=0.3)
     ax.tick_params(labelsize=7)
@@ -94,10 +96,10 @@ def metric_vs_bits_png(models: list[dict], evaluations: list[dict]) -> bytes:
         metric = model["metric"]
         pts = [(e["bits/weight"], e[metric], e["format"]) for e in evaluations
                if e["model"] == model["model"] and math.isfinite(e[metric])]
-        _scatter_by_format(ax, [p for p in pts if p[2] != "fp32"])
+        _scatter_by_format(ax, [p for p in pts if p[2] != wf.REFERENCE])
         for bits, value, fmt in pts:
-            if fmt == "fp32":  # the reference every format is read against
-                ax.axhline(value, color="black", ls="--", lw=0.8, label="fp32")
+            if fmt == wf.REFERENCE:  # every format is read against it
+                ax.axhline(value, color="black", ls="--", lw=0.8, label=fmt)
         ax.set_title(f"{model['model']}", fontsize=10)
         ax.legend(fontsize=7, frameon=False)
         ax.set_xlabel("bits per weight (scales included)")

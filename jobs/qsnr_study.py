@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterable
 import ml_dtypes
 import numpy as np
 
-from edgekit.simulators import FORMATS, get_format, quantize_dequantize
+from edgekit.simulators import get_format, quantize_dequantize
+from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.metrics import qsnr_over
 from edgekit.simulators.rotation import rotate_blocks
 
@@ -50,9 +51,18 @@ def model_weights(seed: int = 0) -> list[np.ndarray]:
 
 
 def study_formats() -> list[str]:
-    """Every format of the table, plus the asymmetrically clipped INT variants."""
-    names = list(FORMATS)
-    return names + [f"{n}_asym" for n, f in FORMATS.items() if f.element.kind == "int"]
+    """Every block format of the table, plus the asymmetrically clipped INT variants."""
+    return wf.names("block") + [f"{name}_asym" for name in wf.names("block", lambda r: r.element_kind == "int")]
+
+
+def int_fp_pairs() -> list[tuple[str, str]]:
+    """Each MX INT format beside the first MX FP format of its element width (table order)."""
+    pairs = []
+    for int_row in wf.weight_formats("block", lambda r: r.is_mx and r.element_kind == "int"):
+        fp = wf.names("block", lambda r: r.is_mx and r.element_kind == "float" and r.element_bits == int_row.element_bits)
+        if fp:
+            pairs.append((int_row.name, fp[0]))
+    return pairs
 
 
 def block_qsnr(tensors: list[np.ndarray], fmt_name: str, block, rotate: bool) -> float:
@@ -97,8 +107,10 @@ def run_sweep(tensors: dict[str, list[np.ndarray]], formats: Iterable[str], bloc
     return rows
 
 
-def crossovers(rows: list[dict], pairs=(("mxint8", "mxfp8_e4m3"), ("mxint4", "mxfp4"))) -> list[dict]:
-    """Per tensor and rotation: the coarsest block at which INT matches or beats FP, per pair."""
+def crossovers(rows: list[dict], pairs: list[tuple[str, str]] | None = None) -> list[dict]:
+    """Per tensor and rotation: the coarsest block at which INT matches or beats FP, per (INT, FP) pair
+    (default: :func:`int_fp_pairs`)."""
+    pairs = int_fp_pairs() if pairs is None else pairs
     out = []
     keys = sorted({(r["tensor"], r["rotation"]) for r in rows}, key=str)
     for tensor, rotation in keys:

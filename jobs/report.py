@@ -22,14 +22,21 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.models import registry, studies, weights
+from edgekit.simulators import weight_formats as wf
 
 from .build_cache import artifact_bytes, cached_build, compiler_code
 from .compile import load_model
-from .evaluate import FLOAT, evaluate_formats
+from .evaluate import evaluate_formats
 
 DEFAULT_MODELS = ("lm", "fluxnet", "meanflow_policy")
-DEFAULT_FORMATS = ("fp32", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxint4", "mxfp4", "nvfp4",
-                   "liftquant_16to8", "liftquant_24to10", "liftquant_12to4", "liftquant_16to4")  # 2, 2.4, 3, 4 code bits
+REPORT_LIFTQUANT_BITS = (2, 2.4, 3, 4)
+
+
+def default_formats() -> list[str]:
+    """The float reference, every block format of the table, and LiftQuant at 2, 2.4, 3 and 4 code bits."""
+    return [wf.REFERENCE, *wf.names("block"), *wf.liftquant_for_bits(*REPORT_LIFTQUANT_BITS)]
+
+
 DEFAULT_TARGETS = ("host", "h100", "rpi4")
 MODEL_FILE_SUFFIXES = (".onnx", ".pt2")
 # Parameter counts of a realistic deployment of each method, for the memory budget: a
@@ -102,9 +109,9 @@ def check_plan(models, formats, targets, deploy_params=None, configs="report",
     if unknown:
         raise ValueError(f"unknown model{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                          f"registered: {', '.join(registry.model_names())}")
-    checked_formats = [check_weight_format(name) for name in formats or DEFAULT_FORMATS]
-    if FLOAT not in checked_formats:
-        checked_formats.insert(0, FLOAT)  # every other format is read against float
+    checked_formats = [check_weight_format(name) for name in formats or default_formats()]
+    if wf.REFERENCE not in checked_formats:
+        checked_formats.insert(0, wf.REFERENCE)  # every other format is read against float
     target_list = list(targets or DEFAULT_TARGETS)
     for spec in target_list:
         try:
@@ -300,7 +307,7 @@ def score_model_files(plan: ReportPlan, log: Callable[[str], None] = print, prog
     """Each user model file in each of the plan's formats against float, in onnxruntime (``edgekit eval FILE``)."""
     from .graph_eval import evaluate_model_file
 
-    formats = [f for f in plan.formats if f != FLOAT]
+    formats = [f for f in plan.formats if f != wf.REFERENCE]
     rows = []
     for model in plan.model_files:
         name = Path(model.path).name

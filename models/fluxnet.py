@@ -66,6 +66,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgekit.simulators import weight_formats as wf
+
 from . import pde
 from .config_fields import bounded, checked
 from .training import Trained, TrainSpec
@@ -77,7 +79,8 @@ HEADS = ("L", "U", "D")
 BOUNDARIES = tuple(dict.fromkeys(b for p in pde.PROBLEMS.values() for b in p.boundaries))
 KEEP_LOGIT = 2.0  # initial preference for "keep" over all moves together: e^2 / (e^2 + 1) ~ 88% kept
 BOUND_TOLERANCE = 1e-5  # a value beyond a bound by more than this fraction of the range is a violation
-STUDY_FORMATS = (None, "mxfp8_e4m3", "mxfp4")
+STUDY_FORMATS = (wf.REFERENCE,  # and the MX float formats of 8 and 4 bits
+                 *wf.names("block", lambda r: r.is_mx and r.element_kind == "float" and r.element_bits in (8, 4)))
 STUDY_VARIANTS = (("fluxnet", "L"), ("fluxnet", "U"), ("fluxnet", "D"), ("cnn", "L"), ("flux_rate", "L"))
 
 
@@ -447,17 +450,17 @@ def evaluate(model: nn.Module, config: FluxNetConfig = FluxNetConfig()) -> dict:
 # ---- the surrogate comparison ------------------------------------------------------------
 
 def compare_surrogates(train: Callable[[FluxNetConfig], Trained], configs: Iterable[FluxNetConfig],
-                       formats: Iterable[str | None] = STUDY_FORMATS,
+                       formats: Iterable[str] = STUDY_FORMATS,
                        log: Callable[[str], None] | None = None) -> list[dict]:
     """Train (``train``: e.g. the registry's, with its cache) and evaluate each config, in float and in each
-    weight format (None: float32): one row of :func:`evaluate`'s metrics per (config, format)."""
+    weight format: one row of :func:`evaluate`'s metrics per (config, format)."""
     rows = []
     for config in configs:
         trained = train(config)
         for fmt in formats:
-            model = trained.model if fmt is None else quantized_copy(trained.model, fmt)
+            model = trained.model if fmt == wf.REFERENCE else quantized_copy(trained.model, fmt)
             row = {"pde": config.pde, "boundary": config.boundary, "arch": config.arch,
-                   "head": config.head if config.arch == "fluxnet" else "", "format": fmt or "fp32",
+                   "head": config.head if config.arch == "fluxnet" else "", "format": fmt,
                    **evaluate(model, config), "train_seconds": trained.train_seconds, "config": asdict(config)}
             rows.append(row)
             if log is not None:

@@ -26,7 +26,7 @@ from scipy.spatial.distance import pdist
 from scipy.stats import spearmanr
 from torch import nn
 
-from edgekit.simulators.formats import LIFTQUANT_PREFIX, format_names
+from edgekit.simulators import weight_formats as wf
 
 from .config_fields import bounded, checked
 
@@ -279,23 +279,16 @@ def task_accuracy(logits: torch.Tensor, y: np.ndarray, task: str) -> float:
 # -- the study entry (edgekit study usable_information) -------------------------------------
 
 def _known_format(name) -> bool:
-    """A weight format name that the format table or LiftQuant knows."""
-    from edgekit.simulators import get_format
-
-    from .weights import liftquant_format
-
+    """A block or LiftQuant format of the weight-format table (a float one damages nothing)."""
     try:
-        if liftquant_format(name) is None:
-            get_format(name)
+        return wf.resolve(name).family != "float"
     except ValueError:
         return False
-    return True
 
 
-FORMATS_ALLOWED = (f"a block format ({', '.join(format_names())}; name@block, name_asym) "
-                   f"or a LiftQuant configuration ({LIFTQUANT_PREFIX}...)")
-QUANT_FORMATS = ("mxint8", "mxfp8_e4m3", "mxfp6_e2m3", "mxint4", "mxfp4", "nvfp4", "liftquant_24to10",
-                 "liftquant_16to4")
+FORMATS_ALLOWED = (f"a block format ({', '.join(wf.names('block'))}; name@block, name_asym) "
+                   "or a LiftQuant configuration (liftquant:BITS, liftquant_DtoD; see `edgekit formats`)")
+QUANT_FORMATS = (*wf.names("block"), *wf.liftquant_for_bits(2.4, 4))
 
 
 @dataclass(frozen=True)

@@ -34,14 +34,9 @@ def weight_format(format: str | BlockFormat | LiftQuantFormat) -> wf.WeightForma
     return wf.resolve(format)
 
 
-def liftquant_format(format) -> LiftQuantFormat | None:
-    """The LiftQuant configuration ``format`` names, or None for a block format."""
-    return weight_format(format).liftquant
-
-
 def uncoded_layers(model: nn.Module, format) -> list[str]:
     """Layers of ``model`` that ``format`` cannot code: the convolutions, for LiftQuant."""
-    if liftquant_format(format) is None:
+    if weight_format(format).family != "liftquant":
         return []
     return [name for name, m in model.named_modules() if isinstance(m, (nn.Conv1d, nn.Conv2d))]
 
@@ -77,14 +72,12 @@ def quantized_copy(model: nn.Module, format: str | BlockFormat | LiftQuantFormat
     return out
 
 
-def bits_per_weight(model: nn.Module, format: str | BlockFormat | LiftQuantFormat | None) -> float:
-    """Stored bits per Linear/Conv weight in ``format`` (None: float32), every scale included.
+def bits_per_weight(model: nn.Module, format: str | BlockFormat | LiftQuantFormat) -> float:
+    """Stored bits per Linear/Conv weight in ``format``, every scale included.
 
     For LiftQuant: codes, scales and rotations of every layer, and each configuration's
     codebook once.
     """
-    if format is None:
-        return 32.0
     tensors = [_rows(w) for w in quantizable_weights(model).values()]
     row = weight_format(format)
     check_codable(model, row.name)

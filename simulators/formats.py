@@ -33,6 +33,13 @@ rceil: ``2^ceil(log2(amax * fp32(1/max_normal)))``, the rounding-up rule of cuBL
 """
 
 
+def code_group(bits: int) -> tuple[int, int]:
+    """(codes, bytes) of the smallest whole-byte group of ``bits``-bit codes: (1, 1) for 8 bits,
+    (2, 1) for 4, (4, 3) for 6. A group is a little-endian word, its first code in the lowest bits."""
+    codes = 8 // math.gcd(8, bits)
+    return codes, codes * bits // 8
+
+
 @dataclass(frozen=True)
 class ElementType:
     """One element encoding: a sign-magnitude float (ExMy) or a two's complement int."""
@@ -201,11 +208,11 @@ class BlockFormat:
     @property
     def codes_per_group(self) -> int:
         """Codes that fill whole bytes: 2 for 4-bit, 4 for 6-bit, 1 for 8-bit."""
-        return 8 // math.gcd(8, self.element.bits)
+        return code_group(self.element.bits)[0]
 
     @property
     def bytes_per_group(self) -> int:
-        return self.codes_per_group * self.element.bits // 8
+        return code_group(self.element.bits)[1]
 
     @property
     def bytes_per_block(self) -> int:

@@ -30,13 +30,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import weight_formats as wf
 from .codec import quantize as mx_quantize
 from .formats import BlockFormat, get_format
 from .incoherence import Incoherence
 from .liftquant import awq_input_scales
 
 INT_BITS = (2, 3, 4)
-MX_FORMATS = ("mxint4", "mxfp4")
+MX_FORMATS = tuple(wf.names("block", lambda row: row.is_mx and row.element_bits == 4))  # GPTQ's MX roundings
 CLIP_RATIOS = np.linspace(1.0, 0.5, 11)
 DAMP = 0.01
 BLOCK_SIZE = 128

@@ -19,7 +19,7 @@ from .codec import (
     check_scale_rule,
     nvfp4_tensor_scale,
 )
-from .formats import BlockFormat, ElementType, get_format
+from .formats import BlockFormat, ElementType, code_group, get_format
 
 
 def round_to_grid(v: np.ndarray, elem: ElementType) -> np.ndarray:
@@ -56,29 +56,23 @@ def e8m0_exponents(amax: np.ndarray, fmt: BlockFormat, rule: str) -> np.ndarray:
 
 
 def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
-    """Pack uint8 codes (last axis) into bytes: 2 per byte, 4 per 3 bytes, or 1 per byte."""
-    if bits == 8:
-        return codes
-    if bits == 4:
-        return codes[..., 0::2] | (codes[..., 1::2] << 4)
-    c = codes.astype(np.uint32).reshape(*codes.shape[:-1], -1, 4)
-    w = c[..., 0] | (c[..., 1] << 6) | (c[..., 2] << 12) | (c[..., 3] << 18)
-    out = np.stack([w & 0xFF, (w >> 8) & 0xFF, w >> 16], axis=-1).astype(np.uint8)
-    return out.reshape(*codes.shape[:-1], -1)
+    """Pack uint8 ``bits``-bit codes (last axis) into bytes, a :func:`.formats.code_group` at a time:
+    2 per byte for 4 bits, 4 per 3 bytes for 6, 1 per byte for 8."""
+    per, nbytes = code_group(bits)
+    c = codes.astype(np.uint64).reshape(*codes.shape[:-1], -1, per)
+    word = np.bitwise_or.reduce([c[..., t] << np.uint64(bits * t) for t in range(per)])
+    out = np.stack([(word >> np.uint64(8 * j)) & np.uint64(0xFF) for j in range(nbytes)], axis=-1)
+    return out.astype(np.uint8).reshape(*codes.shape[:-1], -1)
 
 
 def unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:
     """Inverse of :func:`pack_codes`."""
-    if bits == 8:
-        return packed
-    if bits == 4:
-        out = np.empty(packed.shape[:-1] + (2 * packed.shape[-1],), np.uint8)
-        out[..., 0::2], out[..., 1::2] = packed & 0xF, packed >> 4
-        return out
-    b = packed.astype(np.uint32).reshape(*packed.shape[:-1], -1, 3)
-    w = b[..., 0] | (b[..., 1] << 8) | (b[..., 2] << 16)
-    out = np.stack([(w >> (6 * t)) & 63 for t in range(4)], axis=-1).astype(np.uint8)
-    return out.reshape(*packed.shape[:-1], -1)
+    per, nbytes = code_group(bits)
+    b = packed.astype(np.uint64).reshape(*packed.shape[:-1], -1, nbytes)
+    word = np.bitwise_or.reduce([b[..., j] << np.uint64(8 * j) for j in range(nbytes)])
+    mask = np.uint64((1 << bits) - 1)
+    out = np.stack([(word >> np.uint64(bits * t)) & mask for t in range(per)], axis=-1)
+    return out.astype(np.uint8).reshape(*packed.shape[:-1], -1)
 
 
 def blocks_of(x: np.ndarray, axis: int, block: int) -> np.ndarray:

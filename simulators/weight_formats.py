@@ -1,6 +1,6 @@
 """The one table of weight formats: every name ``--format`` accepts resolves here.
 
-A weight format is one of three families: ``float`` (fp32, fp16: the weight stored as
+A weight format is one of three families: ``float`` (fp32, fp16, bf16: the weight stored as
 a float dtype), ``block`` (the block-scaled formats of :mod:`.formats`, with the
 ``name@BLOCK`` and ``name_asym`` variants) and ``liftquant`` (the LiftQuant
 configurations, also written ``liftquant:BITS`` or ``liftquant:DtoD``). Each row says
@@ -15,11 +15,14 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import ml_dtypes  # noqa: F401 (gives NumPy the bfloat16 dtype of the bf16 row)
 import numpy as np
 
-from .formats import ALIASES, FORMATS, LIFTQUANT_FORMATS, BlockFormat, LiftQuantFormat, get_format
+from .formats import ALIASES, E8M0, FORMATS, LIFTQUANT_FORMATS, BlockFormat, LiftQuantFormat, get_format
 
 FAMILIES = ("float", "block", "liftquant")
+REFERENCE = "fp32"  # the float format every other one is scored against
+MX_BLOCK = 32  # the OCP MX block size
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,19 @@ class WeightFormat:
         if self.family == "block":
             return self.block.element.bits
         return 1
+
+    @property
+    def element_kind(self) -> str:
+        """``float`` or ``int`` elements (a float dtype's, a block element's), ``sign`` for LiftQuant's codes."""
+        if self.family == "float":
+            return "float"
+        return self.block.element.kind if self.family == "block" else "sign"
+
+    @property
+    def is_mx(self) -> bool:
+        """An OCP MX format: blocks of 32 elements sharing an E8M0 scale, no tensor scale."""
+        return (self.family == "block" and self.block.scale == E8M0 and self.block.block_size == MX_BLOCK
+                and not self.block.tensor_scale)
 
     @property
     def label(self) -> str:
@@ -92,7 +108,7 @@ def _lift(fmt: LiftQuantFormat) -> WeightFormat:
 
 
 _ROWS: dict[str, WeightFormat] = {
-    **{r.name: r for r in (_float("fp32", "float32"), _float("fp16", "float16"))},
+    **{r.name: r for r in (_float("fp32", "float32"), _float("fp16", "float16"), _float("bf16", "bfloat16"))},
     **{name: _block(f) for name, f in FORMATS.items()},
     **{name: _lift(f) for name, f in LIFTQUANT_FORMATS.items()},
 }
@@ -141,6 +157,16 @@ def weight_formats(family: str | None = None,
     if family is not None and family not in FAMILIES:
         raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
     return [r for r in _ROWS.values() if family in (None, r.family) and (where is None or where(r))]
+
+
+def names(family: str | None = None, where: Callable[[WeightFormat], bool] | None = None) -> list[str]:
+    """Canonical names of the rows a query selects, in table order (``names("block", lambda r: r.is_mx)``)."""
+    return [r.name for r in weight_formats(family, where)]
+
+
+def liftquant_for_bits(*bits: float) -> list[str]:
+    """The LiftQuant configuration ``liftquant:B`` picks for each code width ``B``."""
+    return [resolve(f"liftquant:{b:g}").name for b in bits]
 
 
 def _allowed() -> str:

@@ -33,8 +33,6 @@ DEVICES = ("cpu", "cuda")
 """Device kinds a registry data file may name."""
 PRECISIONS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "fp6", "fp4", "int8", "int4")
 """Keys of ``peak_ops``: the arithmetic precisions peak throughput is quoted for."""
-BASELINE_FORMATS = ("fp32", "fp16")
-"""Deprecated: the float rows of :mod:`edgekit.simulators.weight_formats`, which ``native_formats`` checks against."""
 
 _CUDA_ARCH = re.compile(r"sm_\d+[af]?")
 _ARCH_ALIASES = {"amd64": "x86_64", "x64": "x86_64", "arm64": "aarch64"}

@@ -16,7 +16,7 @@ from edgekit.simulators import FORMATS
 
 from .models import NETWORKS, seeded
 
-WEIGHT_FORMATS = ["fp32", "fp16", *FORMATS]
+WEIGHT_FORMATS = ["fp32", "fp16", "bf16", *FORMATS]
 
 
 def simulated(model, fmt):

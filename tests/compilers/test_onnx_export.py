@@ -16,8 +16,9 @@ from edgekit.compilers import onnx_export
 from edgekit.compilers.onnx_export import decode_weight_nodes, export_onnx, onnx_session
 from edgekit.compilers.plan import make_plan
 from edgekit.simulators import FORMATS, QuantizedTensor, dequantize, get_format, quantize, quantize_dequantize
+from edgekit.simulators import weight_formats as wf
 
-WEIGHT_FORMATS = [*FORMATS, "fp16", "fp32"]
+WEIGHT_FORMATS = [*FORMATS, "fp16", "bf16", "fp32"]
 
 
 # ---- the decode subgraph alone ----------------------------------------------
@@ -109,8 +110,8 @@ def simulated(model: nn.Module, plan: dict) -> nn.Module:
     with torch.no_grad():
         for layer, fmt in plan.items():
             w = modules[layer].weight
-            if fmt == "fp16":
-                w.copy_(w.half().float())
+            if fmt in ("fp16", "bf16"):
+                w.copy_(w.to(getattr(torch, wf.resolve(fmt).dtype)).float())
             elif fmt != "fp32":
                 w.copy_(torch.from_numpy(quantize_dequantize(w.detach().numpy(), fmt, axis=1)))
     return ref
@@ -142,9 +143,9 @@ def test_exported_model_matches_simulated_pytorch(tmp_path, build, fmt):
         if fmt == "fp32":
             assert np.array_equal(inits[f"{layer}.weight"], w)
             assert entry["weight_bits"] == 32.0
-        elif fmt == "fp16":
+        elif fmt in ("fp16", "bf16"):
             assert f"{layer}.weight" not in inits
-            assert inits[f"{layer}.weight::fp16"].dtype == np.float16
+            assert inits[f"{layer}.weight::{fmt}"].dtype == np.dtype(wf.resolve(fmt).dtype)
             assert entry["weight_bits"] == 16.0
         else:
             assert f"{layer}.weight" not in inits

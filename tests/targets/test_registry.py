@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from edgekit.simulators import format_names
+from edgekit.simulators.weight_formats import weight_format_names
 from edgekit.targets import HardwareTarget, load_target, runs_here, target_names, tvm_target
-from edgekit.targets.registry import ARCHES, BASELINE_FORMATS, DATA_DIR, PRECISIONS, _load_file
+from edgekit.targets.registry import ARCHES, DATA_DIR, PRECISIONS, _load_file
 
 tvm = pytest.importorskip("tvm")
 
@@ -33,7 +34,7 @@ def test_every_registry_target_loads_and_builds(name):
     assert isinstance(t, HardwareTarget) and t.name == name and t.registered and t.description
     assert load_target(name.upper()) is t  # cached, case-insensitive
     assert t.arch in ARCHES and t.device in ("cpu", "cuda")
-    assert set(t.native_formats) <= set(format_names()) | set(BASELINE_FORMATS)
+    assert set(t.native_formats) <= set(format_names()) | set(weight_format_names("float"))
     assert set(t.peak_ops or {}) <= set(PRECISIONS)
     assert all(v > 0 for v in (t.peak_ops or {}).values())
     target = tvm_target(t)
