@@ -20,7 +20,8 @@ config unless ``--config`` overrides it; the first call trains it) is quantized 
 
 Bits per weight count every stored byte: codes, scales, zero points, codebooks and
 rotation side data. Each point is appended to the JSON as it finishes and a rerun skips
-points already there; the plot (PNG) is redrawn at the end.
+points already there (only in a file written by the same commit and LM config); the plot (PNG)
+is redrawn at the end.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.gptq import IntGrid, rtn
 from edgekit.simulators.incoherence import Incoherence
 from edgekit.simulators.liftquant import codebook_bytes
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 UNIFORM = ["16to8", "22to10", "24to10", "20to8", "22to8", "12to4", "14to4", "16to4"]
 MIXED_BITS = [2.3, 3.2]
@@ -147,7 +149,10 @@ def main() -> None:
     parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
                         help="LM config overrides (default: the default config)")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/liftquant_accuracy.json"))
+    parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
     args = parser.parse_args()
+    sha = require_clean_tree(args.allow_dirty)
+    torch.set_num_threads(1)
     entry = registry.get_model("lm")
     config = registry.make_config(entry, registry.parse_config_items(args.config))
     model = registry.train(entry, config, log=print).model.eval()
@@ -163,7 +168,13 @@ def main() -> None:
     if previous is not None and previous != dataclasses.asdict(config):
         raise SystemExit(f"{args.output} holds points of another LM config ({previous}); pass that config or "
                          "another --output")
-    result["lm_config"] = dataclasses.asdict(config)  # recorded first, so a stopped run still says what it scored
+    made_by = result.get("meta", {}).get("git_sha")
+    if rows and made_by != sha:
+        raise SystemExit(f"{args.output} holds points made by {made_by or 'an unrecorded commit'}, not {sha}; "
+                         "move it away or pass another --output")
+    # recorded first, so a stopped run still says what it scored and with which code
+    result["lm_config"] = dataclasses.asdict(config)
+    result.setdefault("meta", provenance(seed=args.seed, threads=torch.get_num_threads()))
     if "fp32" not in done:
         rows.append({"method": "fp32", "bits_per_weight": 32.0, **lm.evaluate(model, config)})
         save()
@@ -192,6 +203,7 @@ def main() -> None:
                      "seconds": round(time.perf_counter() - start, 1), **out["quantized"]})
         print(rows[-1], flush=True)
         save()
+    result["meta"]["load_average_after"] = provenance()["cpu"]["load_average"]
     save()
     fp32 = next(r["perplexity"] for r in rows if r["method"] == "fp32")
     plot(rows, fp32, args.output.with_suffix(".png"))
