@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -42,9 +43,10 @@ def meta_of(data: dict) -> dict:
     return {**data["provenance"], **({"command": data["command"]} if "command" in data else {})}
 
 
-def pm(stat: dict, digits: int = 3, sign: str = "+-") -> str:
-    """``mean +- 95% half-width`` of a ``seed_stats.interval`` record (pages differ in the sign they print)."""
-    return f"{stat['mean']:.{digits}f} {sign} {stat['ci95']:.{digits}f}"
+def pm(stat: dict, digits: int = 3, sign: str = "+-", signed: bool = False) -> str:
+    """``mean +- 95% half-width`` of a ``seed_stats.interval`` record (pages differ in the sign they print);
+    ``signed`` prints the mean's sign, for differences."""
+    return f"{stat['mean']:{'+' if signed else ''}.{digits}f} {sign} {stat['ci95']:.{digits}f}"
 
 
 def table(header: list[str], rows: list[list]) -> str:
@@ -52,9 +54,11 @@ def table(header: list[str], rows: list[list]) -> str:
 
 
 def source_line(file: str, meta: dict) -> str:
-    """Where the figures come from: file, command, commit, machine, threads and load."""
+    """Where the figures come from: file, command, commit, machine, threads and load. A dirty tree or a
+    missing git SHA is said with the words tests/test_docs.py looks for."""
     sha = meta.get("git_sha", "unknown")
-    dirty = " (**made on a tree with uncommitted changes**)" if sha.endswith("-dirty") else ""
+    dirty = (" (**made on a tree with uncommitted changes: provenance incomplete**)" if sha.endswith("-dirty")
+             else " (**no git SHA recorded: provenance incomplete**)" if sha == "unknown" else "")
     cpu = meta.get("cpu", {})
     ext = ", ".join(e for e in cpu.get("vector_extensions", []) if e.startswith(("avx", "asimd", "sve")))
     load_before = cpu.get("load_average")
@@ -352,7 +356,41 @@ def render_fedrgl() -> str:
     ])
 
 
-RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval,
+def render_gptq() -> str:
+    data = load("gptq_liftquant.json")
+    summary = data["summary"]
+    scaled = {False: "no", True: "yes"}
+    points = sorted((e for e in summary["points"] if e["model"] == "lm"),
+                    key=lambda e: (round(e["bits_per_weight"], 3), e["method"]))
+    rows = [[e["method"], e["config"], scaled[e["scaling"]], f"{e['bits_per_weight']:.3f}",
+             pm(e["test_above_fp32"], 4, "±", signed=True), f"{math.exp(e['test_above_fp32']['mean']):.4f}"]
+            for e in points]
+
+    def choice(c: dict) -> str:
+        return (f"{c['config']}{' + scaling' if c['scaling'] else ''}, {c['bits_per_weight']:.3f} bits: "
+                f"{pm(c['test_above_fp32'], 4, '±', signed=True)}")
+
+    def resolved(stat: dict) -> str:
+        text = pm(stat, 4, "±", signed=True)
+        return f"**{text}**" if abs(stat["mean"]) > stat["ci95"] else text
+
+    budgets = [[b["model"], f"{b['budget_bits']:g}", *(choice(b["choices"][m]) for m in ("rtn", "gptq", "liftquant")),
+                resolved(b["liftquant_minus_rtn"]), resolved(b["liftquant_minus_gptq"])] for b in summary["budgets"]]
+    fp32 = summary["fp32_test"]
+    return "\n\n".join([
+        (source_line("gptq_liftquant.json", meta_of(data)) + f" fp32 test cross-entropy: LM "
+         f"{fp32['lm']['mean']:.4f} nats/byte, digits {fp32['digits']['mean']:.4f}."),
+        "LM, every point (test cross-entropy above fp32, paired by seed; perplexity ratio = exp of the mean):",
+        table(["method", "grid / configuration", "input scaling", "bits/weight", "test CE above fp32",
+               "perplexity ratio"], rows),
+        ("The budget claim: per budget in bits per weight, each method's point with the best validation mean among "
+         "those that fit (either input-scaling setting), its test excess, and LiftQuant's paired difference to the "
+         "other two choices (negative: LiftQuant better; bold: the 95% interval excludes 0):"),
+        table(["model", "budget", "RTN", "GPTQ", "LiftQuant", "LiftQuant - RTN", "LiftQuant - GPTQ"], budgets),
+    ])
+
+
+RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval, "gptq": render_gptq,
              "labbuilder": render_labbuilder, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "user-models": render_user_models}
 
