@@ -390,7 +390,45 @@ def render_gptq() -> str:
     ])
 
 
-RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval, "gptq": render_gptq,
+ORACLE_FUNCTIONS = {"quantized_net": "MXFP4 digits MLP"}
+
+
+def render_comparison_oracle() -> str:
+    data = load("comparison_oracle.json")
+
+    def stat(r: dict, key: str) -> dict:
+        return {"mean": r[key], "ci95": r[f"{key}_ci95"]}
+
+    def name(r: dict) -> str:
+        return ORACLE_FUNCTIONS.get(r["function"], r["function"])
+
+    runs = data["scaling"]
+    exact = sum(r["queries"] == r["bound"] for r in runs)
+    below = sum(r["error"] < r["epsilon"] for r in runs)
+    scaling = [[name(r), r["n"], f"{r['epsilon']:g}", r["seeds"], f"{r['queries_max']:.0f}", f"{r['bound_max']:.0f}",
+                f"{r['error_max']:.2g}"] for r in data["scaling_summary"]]
+    tester = [[name(r), r["n"], f"{r['epsilon']:g}", f"{r['queries']:.0f}",
+               f"{r['plan_error_close']:.3f} / {r['plan_error_far']:.3f}", pm(stat(r, "error_close")),
+               pm(stat(r, "error_far"))] for r in data["tester_summary"]]
+    methods = (("comparison_estimator", 4), ("finite_difference", 5), ("two_point", 3), ("sign_average", 3))
+    equal = [[name(r), f"{r['epsilon']:g}", r["queries"], *(pm(stat(r, key), digits) for key, digits in methods)]
+             for r in data["equal_queries_summary"]]
+    return "\n\n".join([
+        source_line("comparison_oracle.json", data["meta"]) + f" Seeds {', '.join(map(str, data['meta']['seeds']))}.",
+        (f"Estimator: measured queries equal the bound in {exact} of {len(runs)} runs, and the error is below "
+         f"epsilon in {below} of {len(runs)} (largest over seeds):"),
+        table(["function", "n", "epsilon", "seeds", "queries", "bound", "max error"], scaling),
+        (f"Tester error rates at the boundaries, mean over seeds x {data['meta']['trials']} trials with 95% interval, "
+         "against the plan's exact worst case:"),
+        table(["function", "n", "epsilon", "queries", "plan (close / far)", "measured close, said far",
+               "measured far, said close"], tester),
+        "Equal queries (n = 64, the estimator's own count), error ||estimate - g||, mean +- 95%:",
+        table(["function", "epsilon", "queries", "comparison estimator", "finite differences (values)",
+               "two-point (values)", "sign average (comparisons)"], equal),
+    ])
+
+
+RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "comparison-oracle": render_comparison_oracle, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval, "gptq": render_gptq,
              "labbuilder": render_labbuilder, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "user-models": render_user_models}
 
