@@ -24,6 +24,8 @@ import re
 import sys
 from pathlib import Path
 
+from seed_stats import interval
+
 from edgekit.utils.output import markdown_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -461,11 +463,59 @@ def render_sudoku(file: str) -> str:
     ])
 
 
+def render_usable_information() -> str:
+    data = load("usable_information.json")
+
+    def stat(r: dict, key: str) -> dict:
+        return {"mean": r[key], "ci95": r[f"{key}_ci95"]}
+
+    directed = [f"{kind}_{d}_{what}" for kind, what in (("info", "linear"), ("info", "mlp"))
+                for d in ("a_to_b", "b_to_a")] + [f"stitch_{d}_{task}" for task in ("fine", "coarse")
+                                                   for d in ("a_to_b", "b_to_a")]
+    asym = [[r["width_a"], r["layer"] + 1, *(pm(stat(r, k), 2 if k.startswith("info") else 3) for k in directed[:4]),
+             f"{r['cka']:.3f}", f"{r['rsa']:.2f}", *(pm(stat(r, k)) for k in directed[4:])]
+            for r in data["pairs_summary"]]
+    diffs = []
+    for width in dict.fromkeys(r["width_a"] for r in data["pairs"]):
+        pairs = [r for r in data["pairs"] if r["width_a"] == width]
+        diffs.append([width, *(pm(interval([r[f"{k}_a_to_b_{x}"] - r[f"{k}_b_to_a_{x}"] for r in pairs]), digits,
+                                  signed=True)
+                               for k, x, digits in (("stitch", "fine", 3), ("stitch", "coarse", 3), ("info", "linear", 2),
+                                                    ("info", "mlp", 2))), len(pairs)])
+    inv = data["invertible_summary"][0]
+    keys = ("cka", "rsa", "info_fz_to_z_linear", "info_fz_to_z_mlp", "info_z_to_fz_linear", "info_z_to_fz_mlp",
+            "info_z_to_z_mlp")
+    quant = {(r["format"], r["layer"]): r for r in data["quantization_summary"]}
+    formats = list(dict.fromkeys(f for f, _ in quant))
+    layers = sorted({layer for _, layer in quant})
+    qrows = [[f, *(pm(stat(quant[f, layer], "info_quant_to_float"), 2) for layer in layers),
+              f"{quant[f, 0]['cka']:.5f}", f"{quant[f, 0]['accuracy']:.3f}"] for f in formats]
+    accuracy = {}
+    for name, acc in data["network_accuracy"].items():
+        accuracy.setdefault(int(name[1:].split("s")[0]), []).append(acc)
+    return "\n\n".join([
+        (source_line("usable_information.json", data["meta"]) + f" Seeds {', '.join(map(str, data['meta']['seeds']))}; "
+         "means +- 95% t-interval over seeds. Test accuracy of the networks: "
+         + ", ".join(f"width {w} {min(a):.3f}-{max(a):.3f}" for w, a in accuracy.items()) + "."),
+        "**Asymmetry** (I_V in nats per coordinate; \"A -> B\" for stitching is A's front into B's back):",
+        table(["A width", "hidden layer", "I_V(A->B) linear", "I_V(B->A) linear", "I_V(A->B) MLP", "I_V(B->A) MLP",
+               "CKA", "RSA", "stitch A->B fine", "stitch B->A fine", "stitch A->B coarse", "stitch B->A coarse"], asym),
+        "A->B minus B->A, paired over both layers and the seeds:",
+        table(["A width", "stitching, fine", "stitching, coarse", "I_V linear", "I_V MLP", "pairs"], diffs),
+        "**Invertible nonlinear map**:",
+        table(["linear CKA(z, f(z))", "RSA", "I_V(f(z) -> z) linear", "I_V(f(z) -> z) MLP", "I_V(z -> f(z)) linear",
+               "I_V(z -> f(z)) MLP", "I_V(z -> z) MLP (ceiling of the family)"], [[pm(stat(inv, k), 2) for k in keys]]),
+        "**What quantization destroys** (width 256, linear family, I_V(quantized -> float) per coordinate):",
+        table(["format", *(f"hidden layer {layer + 1}" if layer < layers[-1] else "logits" for layer in layers),
+               "CKA hidden layer 1", "accuracy"], qrows),
+    ])
+
+
 RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "comparison-oracle": render_comparison_oracle, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval, "gptq": render_gptq,
              "labbuilder": render_labbuilder, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "sudoku-4x4": lambda: render_sudoku("sudoku_infogain.json"),
              "sudoku-9x9": lambda: render_sudoku("sudoku_infogain_9x9.json"),
-             "user-models": render_user_models}
+             "usable-information": render_usable_information, "user-models": render_user_models}
 
 
 def render_page(text: str) -> str:

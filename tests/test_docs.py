@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ INCOMPLETE = "provenance incomplete"  # matched case-insensitively
 
 
 def render_docs():
+    if str(ROOT / "benchmarks") not in sys.path:  # as when run as a script: it imports its sibling seed_stats
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("render_docs", ROOT / "benchmarks" / "render_docs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
