@@ -511,8 +511,21 @@ def render_usable_information() -> str:
     ])
 
 
+def render_ossd() -> str:
+    data = load("ossd.json")
+    summary = data["summary"]
+    rows = [[f"`{v}`", pm(summary[f"novel_ap50_{v}"]), pm(summary[f"base_ap50_{v}"]),
+             pm(summary[f"novel_ap50_{v}_minus_base"], signed=True) if v != "base" else "",
+             ", ".join(f"{a:g}" for a in summary[f"alpha_{v}"]["values"])] for v in data["variants"]]
+    return "\n\n".join([
+        source_line("ossd.json", meta_of(data)) + f" Mean and 95% t-interval over seeds "
+        f"{', '.join(map(str, data['seeds']))} (AP50, test):",
+        table(["variant", "novel AP50", "base AP50", "novel AP50 minus `base`, paired by seed", "alpha per seed"], rows),
+    ])
+
+
 RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "comparison-oracle": render_comparison_oracle, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval, "gptq": render_gptq,
-             "labbuilder": render_labbuilder, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
+             "labbuilder": render_labbuilder, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "ossd": render_ossd, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "sudoku-4x4": lambda: render_sudoku("sudoku_infogain.json"),
              "sudoku-9x9": lambda: render_sudoku("sudoku_infogain_9x9.json"),
              "usable-information": render_usable_information, "user-models": render_user_models}
