@@ -524,8 +524,28 @@ def render_ossd() -> str:
     ])
 
 
+def render_meanflow_policy() -> str:
+    data = load("meanflow_policy.json")
+    methods = [[r["task"], r["method"], r["NFE"], f"{r['success rate']:g}", f"{r['action MSE']:.4g}",
+                f"{r['mean episode steps']:.4g}", f"{r['expert success rate']:g}", f"{r['train s']:.4g}"]
+               for r in data["methods"]]
+    memory = [[r["method"], r["batch"], f"{r['peak_rss_increase_mib']:.1f}", f"{r['rss_vs_jvp']:.2f}",
+               f"{r['saved_for_backward_mib']:.1f}", f"{r['saved_vs_jvp']:.2f}", f"{r['step_ms']:.0f}"]
+              for r in data["memory"]]
+    seeds = {r["held-out seeds"] for r in data["methods"]}
+    return "\n\n".join([
+        source_line("meanflow_policy.json", data["meta"]) + f" Success rate over {', '.join(map(str, seeds))} "
+        "held-out seeds:",
+        table(["task", "method", "NFE", "success rate", "action MSE", "mean episode steps", "expert success rate",
+               "train s"], methods),
+        "Training memory and step time (fresh process per variant; the JVP of plain MeanFlow is the reference):",
+        table(["method", "batch", "peak RSS increase (MiB)", "RSS vs JVP", "saved for backward (MiB)", "saved vs JVP",
+               "step (ms)"], memory),
+    ])
+
+
 RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "comparison-oracle": render_comparison_oracle, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval, "gptq": render_gptq,
-             "labbuilder": render_labbuilder, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "ossd": render_ossd, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
+             "labbuilder": render_labbuilder, "meanflow-policy": render_meanflow_policy, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "ossd": render_ossd, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "sudoku-4x4": lambda: render_sudoku("sudoku_infogain.json"),
              "sudoku-9x9": lambda: render_sudoku("sudoku_infogain_9x9.json"),
              "usable-information": render_usable_information, "user-models": render_user_models}
