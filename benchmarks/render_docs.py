@@ -22,6 +22,7 @@ import json
 import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 from seed_stats import interval
@@ -42,7 +43,7 @@ def meta_of(data: dict) -> dict:
     """The provenance of a results file, whichever of the two layouts it uses."""
     if "meta" in data:
         return data["meta"]
-    return {**data["provenance"], **({"command": data["command"]} if "command" in data else {})}
+    return {**data.get("provenance", {}), **({"command": data["command"]} if "command" in data else {})}
 
 
 def pm(stat: dict, digits: int = 3, sign: str = "+-", signed: bool = False) -> str:
@@ -544,8 +545,25 @@ def render_meanflow_policy() -> str:
     ])
 
 
+def render_liftquant_accuracy() -> str:
+    data = load("liftquant_accuracy.json")
+    rows = []
+    for r in sorted(data["rows"], key=lambda r: (round(r["bits_per_weight"], 3), r["method"])):
+        label = r["method"]
+        if "formats" in r:
+            counts = Counter(f.removeprefix("liftquant_") for f in r["formats"].values())
+            label += " (" + ", ".join(f"{f} x{n}" if n > 1 else f for f, n in counts.most_common()) + ")"
+        rows.append([label, f"{r['bits_per_weight']:.3f}", f"{r['perplexity']:.4f}", r.get("finetune_steps", "")])
+    return "\n\n".join([
+        source_line("liftquant_accuracy.json", meta_of(data)) + f" Validation perplexity on "
+        f"{data['rows'][0]['tokens']} tokens:",
+        table(["method", "bits/weight", "perplexity", "fine-tuning steps"], rows),
+    ])
+
+
 RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "comparison-oracle": render_comparison_oracle, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval, "gptq": render_gptq,
-             "labbuilder": render_labbuilder, "meanflow-policy": render_meanflow_policy, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "ossd": render_ossd, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
+             "labbuilder": render_labbuilder, "meanflow-policy": render_meanflow_policy, "liftquant-accuracy": render_liftquant_accuracy,
+             "liftquant-search": render_liftquant_search, "nemo": render_nemo, "ossd": render_ossd, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
              "sudoku-4x4": lambda: render_sudoku("sudoku_infogain.json"),
              "sudoku-9x9": lambda: render_sudoku("sudoku_infogain_9x9.json"),
              "usable-information": render_usable_information, "user-models": render_user_models}
