@@ -71,9 +71,11 @@ def source_line(file: str, meta: dict) -> str:
     loads = f"load average {load_before[0]} before" if load_before else "load not recorded"
     if load_after:
         loads += f", {load_after[0]} after"
+    threads = meta.get("threads")
+    threads = f"{threads} thread{'' if threads == 1 else 's'}" if threads else "threads not recorded"
     return (f"From `benchmarks/results/{file}`, written by `{meta.get('command', 'unknown command')}` at git "
             f"{sha[:10]}{dirty} on {cpu.get('model', 'an unknown CPU')} ({ext or 'no vector extensions recorded'}), "
-            f"{meta.get('threads', '?')} thread{'' if meta.get('threads') == 1 else 's'}, {loads}.")
+            f"{threads}, {loads}.")
 
 
 def render_codecs() -> str:
@@ -561,9 +563,84 @@ def render_liftquant_accuracy() -> str:
     ])
 
 
-RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "comparison-oracle": render_comparison_oracle, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval, "gptq": render_gptq,
+def render_diloco(file: str) -> str:
+    """One fl_diloco.py grid: a condition column where the file has faulty links, a missing column where
+    anything went missing."""
+    data = load(file)
+    rows = data["table"]
+    faulty = [r["drop"] > 0 or r["outage"] > 0 or r["straggler"] >= 0 for r in rows]
+    conditions, missing = any(faulty), any(r["missing"] for r in rows)
+    header = [*(["condition"] if conditions else []), "bandwidth Mbit/s", "run", "final loss", "utilization",
+              "sim time (s)", "MB sent", "disagreement", *(["missing"] if missing else [])]
+    cells = [[*([("faults" if bad else "healthy")] if conditions else []), f"{r['bandwidth Mbit/s']:g}", r["run"],
+              f"{r['final loss']:.3f}", f"{r['utilization']:.3f}", f"{r['sim time (s)']:.1f}", f"{r['MB sent']:.1f}",
+              f"{r['disagreement']:.3f}", *([r["missing"]] if missing else [])] for r, bad in zip(rows, faulty, strict=True)]
+    goal = [[f"{g['bandwidth Mbit/s']:g}", f"{g['diloco utilization']:.3f}", "yes" if g["applies (diloco < 60%)"] else "no",
+             f"{g['gossip k=0 utilization']:.3f}", f"{g['loss gap']:+.4f}", "yes" if g["met"] else "no"]
+            for g in data["goal"]]
+    return "\n\n".join([
+        source_line(file, data["meta"]),
+        table(header, cells),
+        "The goal check (healthy network, gossip k = 0 against DiLoCo; loss gap = gossip's final loss less DiLoCo's):",
+        table(["bandwidth Mbit/s", "diloco utilization", "applies (diloco < 60%)", "gossip k=0 utilization",
+               "loss gap", "met"], goal),
+    ])
+
+
+# (results file, methods shown from it, label suffix): each run changes one thing against fl_rieselect.json.
+RIESELECT_ROWS = (("fl_rieselect.json", ("full", "random", "topk", "rieselect"), ""),
+                  ("fl_rieselect_nocap.json", ("rieselect",), ", no cap (`--growth 1e9`)"),
+                  ("fl_rieselect_coordinated.json", ("random", "topk"), ", coordinated (ablation)"),
+                  ("fl_rieselect_b0.5.json", ("random", "topk", "rieselect"), ""),
+                  ("fl_rieselect_b0.5_overlap0.3.json", ("rieselect",), ", overlap 0.3"),
+                  ("fl_rieselect_b0.5_coordinated.json", ("random", "topk"), ", coordinated (ablation)"))
+
+
+def render_rieselect() -> str:
+    sources, rows = [], []
+    for file, methods, suffix in RIESELECT_ROWS:
+        data = load(file)
+        sources.append(f"- {source_line(file, data['meta'])}")
+        summary = {r["method"]: r for r in data["table"]}
+        for method in methods:
+            runs = sorted((r for r in data["runs"] if r["job"]["selection"] == method), key=lambda r: r["job"]["seed"])
+            covered = [r["layers_covered"] for r in runs if "layers_covered" in r]
+            rows.append([method + suffix, f"{summary[method]['budget']:g}", summary[method]["average loss"],
+                         " / ".join(f"{r['average_loss']:.3f}" for r in runs),
+                         f"{float(summary[method]['forgetting']):.3f}", f"{summary[method]['uplink MB']:.2f}",
+                         f"{sum(covered) / len(covered):.2f}" if covered else "–"])
+    return "\n\n".join([
+        "\n".join(sources),
+        table(["method", "budget", "average loss (mean ± SD over seeds)", "per seed", "forgetting", "uplink MB",
+               "covered"], rows),
+    ])
+
+
+def render_fl_engine() -> str:
+    data = load("fl_engine.json")
+    overhead = [[r["method"], r["rounds"], *(f"{r[k]:.2f}" for k in ("total_s", "training_s")),
+                 *(f"{r[k]:.3f}" for k in ("evaluation_s", "engine_s", "overhead_s")),
+                 *(f"{r[k]:.2f}" for k in ("engine_%", "overhead_%", "messages_MB")), f"{r['final_loss']:.3f}"]
+                for r in data["overhead"]]
+    scale = [[r["method"], r["clients"], r["rounds"], f"{r['wall_s']:.1f}", f"{r['s_per_round']:.2f}",
+              f"{r['engine_s']:.2f}", f"{r['client_s']:.1f}", f"{r['messages_MB']:.1f}", f"{r['accuracy']:.3f}",
+              f"{r['accuracy_round0']:.3f}"] for r in data["scale"]]
+    return "\n\n".join([
+        source_line("fl_engine.json", data["meta"]),
+        table(["method", "rounds", "total (s)", "training (s)", "evaluation (s)", "engine (s)", "overhead (s)",
+               "engine %", "overhead %", "messages MB", "final loss"], overhead),
+        "Scale, same run: 100 clients of the digits MLP (hidden 64), 5 local steps a round:",
+        table(["method", "clients", "rounds", "wall (s)", "s per round", "engine (s)", "clients (s)", "messages MB",
+               "accuracy", "accuracy at round 0"], scale),
+    ])
+
+
+RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "comparison-oracle": render_comparison_oracle, "dcla": render_dcla,
+             "diloco": lambda: render_diloco("fl_diloco.json"),
+             "diloco-compressed": lambda: render_diloco("fl_diloco_compressed.json"),
+             "diloco-shared": lambda: render_diloco("fl_diloco_shared.json"), "fl-engine": render_fl_engine, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval, "gptq": render_gptq,
              "labbuilder": render_labbuilder, "meanflow-policy": render_meanflow_policy, "liftquant-accuracy": render_liftquant_accuracy,
-             "liftquant-search": render_liftquant_search, "nemo": render_nemo, "ossd": render_ossd, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
+             "liftquant-search": render_liftquant_search, "nemo": render_nemo, "ossd": render_ossd, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign, "rieselect": render_rieselect,
              "sudoku-4x4": lambda: render_sudoku("sudoku_infogain.json"),
              "sudoku-9x9": lambda: render_sudoku("sudoku_infogain_9x9.json"),
              "usable-information": render_usable_information, "user-models": render_user_models}
