@@ -52,6 +52,11 @@ def pm(stat: dict, digits: int = 3, sign: str = "+-", signed: bool = False) -> s
     return f"{stat['mean']:{'+' if signed else ''}.{digits}f} {sign} {stat['ci95']:.{digits}f}"
 
 
+def flat_stat(record: dict, key: str) -> dict:
+    """The ``pm`` record of a summary that stores ``key`` and ``key_ci95`` side by side."""
+    return {"mean": record[key], "ci95": record[f"{key}_ci95"]}
+
+
 def table(header: list[str], rows: list[list]) -> str:
     if len(set(header)) != len(header):  # rows become dicts keyed by header: a repeated name would drop a column
         raise ValueError(f"repeated column names in {header}")
@@ -321,10 +326,10 @@ def render_dcla() -> str:
     data = load("dcla.json")
     rows = []
     for r in data["summary"]:
-        error = (f"{r['w1']:.4f} +- {r['w1_ci95']:.4f}" if "w1" in r else f"MSE {r['mse']:.4f} +- {r['mse_ci95']:.4f}")
+        error = pm(flat_stat(r, "w1"), 4) if "w1" in r else f"MSE {pm(flat_stat(r, 'mse'), 4)}"
         rows.append([DCLA_TARGETS.get(r["target"], r["target"]), DCLA_PENALTIES.get(r["penalty"], r["penalty"]),
                      DCLA_METHODS.get(r["method"], r["method"]), error,
-                     f"{r['coverage90']:.3f} +- {r['coverage90_ci95']:.3f}"])
+                     pm(flat_stat(r, "coverage90"))])
     return "\n\n".join([
         source_line("dcla.json", meta_of(data)),
         table(["target", "prior", "sampler", "W1 to quadrature / MSE", "exact mass of 90% interval / pixel coverage"],
@@ -403,9 +408,6 @@ ORACLE_FUNCTIONS = {"quantized_net": "MXFP4 digits MLP"}
 def render_comparison_oracle() -> str:
     data = load("comparison_oracle.json")
 
-    def stat(r: dict, key: str) -> dict:
-        return {"mean": r[key], "ci95": r[f"{key}_ci95"]}
-
     def name(r: dict) -> str:
         return ORACLE_FUNCTIONS.get(r["function"], r["function"])
 
@@ -415,10 +417,10 @@ def render_comparison_oracle() -> str:
     scaling = [[name(r), r["n"], f"{r['epsilon']:g}", r["seeds"], f"{r['queries_max']:.0f}", f"{r['bound_max']:.0f}",
                 f"{r['error_max']:.2g}"] for r in data["scaling_summary"]]
     tester = [[name(r), r["n"], f"{r['epsilon']:g}", f"{r['queries']:.0f}",
-               f"{r['plan_error_close']:.3f} / {r['plan_error_far']:.3f}", pm(stat(r, "error_close")),
-               pm(stat(r, "error_far"))] for r in data["tester_summary"]]
+               f"{r['plan_error_close']:.3f} / {r['plan_error_far']:.3f}", pm(flat_stat(r, "error_close")),
+               pm(flat_stat(r, "error_far"))] for r in data["tester_summary"]]
     methods = (("comparison_estimator", 4), ("finite_difference", 5), ("two_point", 3), ("sign_average", 3))
-    equal = [[name(r), f"{r['epsilon']:g}", r["queries"], *(pm(stat(r, key), digits) for key, digits in methods)]
+    equal = [[name(r), f"{r['epsilon']:g}", r["queries"], *(pm(flat_stat(r, key), digits) for key, digits in methods)]
              for r in data["equal_queries_summary"]]
     return "\n\n".join([
         source_line("comparison_oracle.json", data["meta"]) + f" Seeds {', '.join(map(str, data['meta']['seeds']))}.",
@@ -469,14 +471,11 @@ def render_sudoku(file: str) -> str:
 def render_usable_information() -> str:
     data = load("usable_information.json")
 
-    def stat(r: dict, key: str) -> dict:
-        return {"mean": r[key], "ci95": r[f"{key}_ci95"]}
-
     directed = [f"{kind}_{d}_{what}" for kind, what in (("info", "linear"), ("info", "mlp"))
                 for d in ("a_to_b", "b_to_a")] + [f"stitch_{d}_{task}" for task in ("fine", "coarse")
                                                    for d in ("a_to_b", "b_to_a")]
-    asym = [[r["width_a"], r["layer"] + 1, *(pm(stat(r, k), 2 if k.startswith("info") else 3) for k in directed[:4]),
-             f"{r['cka']:.3f}", f"{r['rsa']:.2f}", *(pm(stat(r, k)) for k in directed[4:])]
+    asym = [[r["width_a"], r["layer"] + 1, *(pm(flat_stat(r, k), 2 if k.startswith("info") else 3) for k in directed[:4]),
+             f"{r['cka']:.3f}", f"{r['rsa']:.2f}", *(pm(flat_stat(r, k)) for k in directed[4:])]
             for r in data["pairs_summary"]]
     diffs = []
     for width in dict.fromkeys(r["width_a"] for r in data["pairs"]):
@@ -491,7 +490,7 @@ def render_usable_information() -> str:
     quant = {(r["format"], r["layer"]): r for r in data["quantization_summary"]}
     formats = list(dict.fromkeys(f for f, _ in quant))
     layers = sorted({layer for _, layer in quant})
-    qrows = [[f, *(pm(stat(quant[f, layer], "info_quant_to_float"), 2) for layer in layers),
+    qrows = [[f, *(pm(flat_stat(quant[f, layer], "info_quant_to_float"), 2) for layer in layers),
               f"{quant[f, 0]['cka']:.5f}", f"{quant[f, 0]['accuracy']:.3f}"] for f in formats]
     accuracy = {}
     for name, acc in data["network_accuracy"].items():
@@ -507,7 +506,7 @@ def render_usable_information() -> str:
         table(["A width", "stitching, fine", "stitching, coarse", "I_V linear", "I_V MLP", "pairs"], diffs),
         "**Invertible nonlinear map**:",
         table(["linear CKA(z, f(z))", "RSA", "I_V(f(z) -> z) linear", "I_V(f(z) -> z) MLP", "I_V(z -> f(z)) linear",
-               "I_V(z -> f(z)) MLP", "I_V(z -> z) MLP (ceiling of the family)"], [[pm(stat(inv, k), 2) for k in keys]]),
+               "I_V(z -> f(z)) MLP", "I_V(z -> z) MLP (ceiling of the family)"], [[pm(flat_stat(inv, k), 2) for k in keys]]),
         "**What quantization destroys** (width 256, linear family, I_V(quantized -> float) per coordinate):",
         table(["format", *(f"hidden layer {layer + 1}" if layer < layers[-1] else "logits" for layer in layers),
                "CKA hidden layer 1", "accuracy"], qrows),
@@ -635,15 +634,34 @@ def render_fl_engine() -> str:
     ])
 
 
-RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "comparison-oracle": render_comparison_oracle, "dcla": render_dcla,
-             "diloco": lambda: render_diloco("fl_diloco.json"),
-             "diloco-compressed": lambda: render_diloco("fl_diloco_compressed.json"),
-             "diloco-shared": lambda: render_diloco("fl_diloco_shared.json"), "fl-engine": render_fl_engine, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval, "gptq": render_gptq,
-             "labbuilder": render_labbuilder, "meanflow-policy": render_meanflow_policy, "liftquant-accuracy": render_liftquant_accuracy,
-             "liftquant-search": render_liftquant_search, "nemo": render_nemo, "ossd": render_ossd, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign, "rieselect": render_rieselect,
-             "sudoku-4x4": lambda: render_sudoku("sudoku_infogain.json"),
-             "sudoku-9x9": lambda: render_sudoku("sudoku_infogain_9x9.json"),
-             "usable-information": render_usable_information, "user-models": render_user_models}
+RENDERERS = {
+    "cgmmd": render_cgmmd,
+    "codecs": render_codecs,
+    "comparison-oracle": render_comparison_oracle,
+    "dcla": render_dcla,
+    "diloco": lambda: render_diloco("fl_diloco.json"),
+    "diloco-compressed": lambda: render_diloco("fl_diloco_compressed.json"),
+    "diloco-shared": lambda: render_diloco("fl_diloco_shared.json"),
+    "dnachunker": render_dnachunker,
+    "fedrgl": render_fedrgl,
+    "fl-engine": render_fl_engine,
+    "fuzzeval": render_fuzzeval,
+    "gemv": render_gemv,
+    "gptq": render_gptq,
+    "labbuilder": render_labbuilder,
+    "liftquant-accuracy": render_liftquant_accuracy,
+    "liftquant-search": render_liftquant_search,
+    "meanflow-policy": render_meanflow_policy,
+    "mx-training": render_mx_training,
+    "nemo": render_nemo,
+    "ossd": render_ossd,
+    "phasealign": render_phasealign,
+    "rieselect": render_rieselect,
+    "sudoku-4x4": lambda: render_sudoku("sudoku_infogain.json"),
+    "sudoku-9x9": lambda: render_sudoku("sudoku_infogain_9x9.json"),
+    "usable-information": render_usable_information,
+    "user-models": render_user_models,
+}
 
 
 def render_page(text: str) -> str:
