@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
+
+from seed_stats import interval
 
 from edgekit.utils.output import markdown_table
 
@@ -39,22 +43,32 @@ def meta_of(data: dict) -> dict:
     """The provenance of a results file, whichever of the two layouts it uses."""
     if "meta" in data:
         return data["meta"]
-    return {**data["provenance"], **({"command": data["command"]} if "command" in data else {})}
+    return {**data.get("provenance", {}), **({"command": data["command"]} if "command" in data else {})}
 
 
-def pm(stat: dict, digits: int = 3, sign: str = "+-") -> str:
-    """``mean +- 95% half-width`` of a ``seed_stats.interval`` record (pages differ in the sign they print)."""
-    return f"{stat['mean']:.{digits}f} {sign} {stat['ci95']:.{digits}f}"
+def pm(stat: dict, digits: int = 3, sign: str = "+-", signed: bool = False) -> str:
+    """``mean +- 95% half-width`` of a ``seed_stats.interval`` record (pages differ in the sign they print);
+    ``signed`` prints the mean's sign, for differences."""
+    return f"{stat['mean']:{'+' if signed else ''}.{digits}f} {sign} {stat['ci95']:.{digits}f}"
+
+
+def flat_stat(record: dict, key: str) -> dict:
+    """The ``pm`` record of a summary that stores ``key`` and ``key_ci95`` side by side."""
+    return {"mean": record[key], "ci95": record[f"{key}_ci95"]}
 
 
 def table(header: list[str], rows: list[list]) -> str:
+    if len(set(header)) != len(header):  # rows become dicts keyed by header: a repeated name would drop a column
+        raise ValueError(f"repeated column names in {header}")
     return markdown_table([dict(zip(header, row, strict=True)) for row in rows], header)
 
 
 def source_line(file: str, meta: dict) -> str:
-    """Where the figures come from: file, command, commit, machine, threads and load."""
+    """Where the figures come from: file, command, commit, machine, threads and load. A dirty tree or a
+    missing git SHA is said with the words tests/test_docs.py looks for."""
     sha = meta.get("git_sha", "unknown")
-    dirty = " (**made on a tree with uncommitted changes**)" if sha.endswith("-dirty") else ""
+    dirty = (" (**made on a tree with uncommitted changes: provenance incomplete**)" if sha.endswith("-dirty")
+             else " (**no git SHA recorded: provenance incomplete**)" if sha == "unknown" else "")
     cpu = meta.get("cpu", {})
     ext = ", ".join(e for e in cpu.get("vector_extensions", []) if e.startswith(("avx", "asimd", "sve")))
     load_before = cpu.get("load_average")
@@ -62,9 +76,11 @@ def source_line(file: str, meta: dict) -> str:
     loads = f"load average {load_before[0]} before" if load_before else "load not recorded"
     if load_after:
         loads += f", {load_after[0]} after"
+    threads = meta.get("threads")
+    threads = f"{threads} thread{'' if threads == 1 else 's'}" if threads else "threads not recorded"
     return (f"From `benchmarks/results/{file}`, written by `{meta.get('command', 'unknown command')}` at git "
             f"{sha[:10]}{dirty} on {cpu.get('model', 'an unknown CPU')} ({ext or 'no vector extensions recorded'}), "
-            f"{meta.get('threads', '?')} thread{'' if meta.get('threads') == 1 else 's'}, {loads}.")
+            f"{threads}, {loads}.")
 
 
 def render_codecs() -> str:
@@ -310,10 +326,10 @@ def render_dcla() -> str:
     data = load("dcla.json")
     rows = []
     for r in data["summary"]:
-        error = (f"{r['w1']:.4f} +- {r['w1_ci95']:.4f}" if "w1" in r else f"MSE {r['mse']:.4f} +- {r['mse_ci95']:.4f}")
+        error = pm(flat_stat(r, "w1"), 4) if "w1" in r else f"MSE {pm(flat_stat(r, 'mse'), 4)}"
         rows.append([DCLA_TARGETS.get(r["target"], r["target"]), DCLA_PENALTIES.get(r["penalty"], r["penalty"]),
                      DCLA_METHODS.get(r["method"], r["method"]), error,
-                     f"{r['coverage90']:.3f} +- {r['coverage90_ci95']:.3f}"])
+                     pm(flat_stat(r, "coverage90"))])
     return "\n\n".join([
         source_line("dcla.json", meta_of(data)),
         table(["target", "prior", "sampler", "W1 to quadrature / MSE", "exact mass of 90% interval / pixel coverage"],
@@ -352,9 +368,300 @@ def render_fedrgl() -> str:
     ])
 
 
-RENDERERS = {"cgmmd": render_cgmmd, "codecs": render_codecs, "dcla": render_dcla, "dnachunker": render_dnachunker, "fedrgl": render_fedrgl, "fuzzeval": render_fuzzeval,
-             "labbuilder": render_labbuilder, "liftquant-search": render_liftquant_search, "nemo": render_nemo, "gemv": render_gemv, "mx-training": render_mx_training, "phasealign": render_phasealign,
-             "user-models": render_user_models}
+def render_gptq() -> str:
+    data = load("gptq_liftquant.json")
+    summary = data["summary"]
+    scaled = {False: "no", True: "yes"}
+    points = sorted((e for e in summary["points"] if e["model"] == "lm"),
+                    key=lambda e: (round(e["bits_per_weight"], 3), e["method"]))
+    rows = [[e["method"], e["config"], scaled[e["scaling"]], f"{e['bits_per_weight']:.3f}",
+             pm(e["test_above_fp32"], 4, "±", signed=True), f"{math.exp(e['test_above_fp32']['mean']):.4f}"]
+            for e in points]
+
+    def choice(c: dict) -> str:
+        return (f"{c['config']}{' + scaling' if c['scaling'] else ''}, {c['bits_per_weight']:.3f} bits: "
+                f"{pm(c['test_above_fp32'], 4, '±', signed=True)}")
+
+    def resolved(stat: dict) -> str:
+        text = pm(stat, 4, "±", signed=True)
+        return f"**{text}**" if abs(stat["mean"]) > stat["ci95"] else text
+
+    budgets = [[b["model"], f"{b['budget_bits']:g}", *(choice(b["choices"][m]) for m in ("rtn", "gptq", "liftquant")),
+                resolved(b["liftquant_minus_rtn"]), resolved(b["liftquant_minus_gptq"])] for b in summary["budgets"]]
+    fp32 = summary["fp32_test"]
+    return "\n\n".join([
+        (source_line("gptq_liftquant.json", meta_of(data)) + f" fp32 test cross-entropy: LM "
+         f"{fp32['lm']['mean']:.4f} nats/byte, digits {fp32['digits']['mean']:.4f}."),
+        "LM, every point (test cross-entropy above fp32, paired by seed; perplexity ratio = exp of the mean):",
+        table(["method", "grid / configuration", "input scaling", "bits/weight", "test CE above fp32",
+               "perplexity ratio"], rows),
+        ("The budget claim: per budget in bits per weight, each method's point with the best validation mean among "
+         "those that fit (either input-scaling setting), its test excess, and LiftQuant's paired difference to the "
+         "other two choices (negative: LiftQuant better; bold: the 95% interval excludes 0):"),
+        table(["model", "budget", "RTN", "GPTQ", "LiftQuant", "LiftQuant - RTN", "LiftQuant - GPTQ"], budgets),
+    ])
+
+
+ORACLE_FUNCTIONS = {"quantized_net": "MXFP4 digits MLP"}
+
+
+def render_comparison_oracle() -> str:
+    data = load("comparison_oracle.json")
+
+    def name(r: dict) -> str:
+        return ORACLE_FUNCTIONS.get(r["function"], r["function"])
+
+    runs = data["scaling"]
+    exact = sum(r["queries"] == r["bound"] for r in runs)
+    below = sum(r["error"] < r["epsilon"] for r in runs)
+    scaling = [[name(r), r["n"], f"{r['epsilon']:g}", r["seeds"], f"{r['queries_max']:.0f}", f"{r['bound_max']:.0f}",
+                f"{r['error_max']:.2g}"] for r in data["scaling_summary"]]
+    tester = [[name(r), r["n"], f"{r['epsilon']:g}", f"{r['queries']:.0f}",
+               f"{r['plan_error_close']:.3f} / {r['plan_error_far']:.3f}", pm(flat_stat(r, "error_close")),
+               pm(flat_stat(r, "error_far"))] for r in data["tester_summary"]]
+    methods = (("comparison_estimator", 4), ("finite_difference", 5), ("two_point", 3), ("sign_average", 3))
+    equal = [[name(r), f"{r['epsilon']:g}", r["queries"], *(pm(flat_stat(r, key), digits) for key, digits in methods)]
+             for r in data["equal_queries_summary"]]
+    return "\n\n".join([
+        source_line("comparison_oracle.json", data["meta"]) + f" Seeds {', '.join(map(str, data['meta']['seeds']))}.",
+        (f"Estimator: measured queries equal the bound in {exact} of {len(runs)} runs, and the error is below "
+         f"epsilon in {below} of {len(runs)} (largest over seeds):"),
+        table(["function", "n", "epsilon", "seeds", "queries", "bound", "max error"], scaling),
+        (f"Tester error rates at the boundaries, mean over seeds x {data['meta']['trials']} trials with 95% interval, "
+         "against the plan's exact worst case:"),
+        table(["function", "n", "epsilon", "queries", "plan (close / far)", "measured close, said far",
+               "measured far, said close"], tester),
+        "Equal queries (n = 64, the estimator's own count), error ||estimate - g||, mean +- 95%:",
+        table(["function", "epsilon", "queries", "comparison estimator", "finite differences (values)",
+               "two-point (values)", "sign average (comparisons)"], equal),
+    ])
+
+
+SUDOKU_GREEDY = ("confidence", "entropy", "margin")
+
+
+def render_sudoku(file: str) -> str:
+    data = load(file)
+    cells = {(r["format"], r["rounds"], r["method"]): r for r in data["summary"]}
+    budgets = list(dict.fromkeys((r["format"], r["rounds"]) for r in data["summary"]))
+    methods = (*SUDOKU_GREEDY, "info_gain")
+    solve, errors = [], []
+    for fmt, rounds in budgets:
+        by = {m: cells[fmt, rounds, m] for m in methods}
+        best = max(SUDOKU_GREEDY, key=lambda m: by[m]["solve_rate"]["mean"])
+        gain = by[best]["info_gain_minus_this_solve_rate"]
+        ms = " / ".join(f"{1e3 * by[m]['seconds_per_puzzle']['mean']:.2f}" for m in ("confidence", "info_gain"))
+        solve.append([fmt, by["info_gain"]["forward_calls"], *(pm(by[m]["solve_rate"], 3, "±") for m in methods),
+                      f"{pm(gain, 3, '±', signed=True)} ({best})", by["info_gain"]["rows"], ms])
+        errors.append([fmt, by["info_gain"]["forward_calls"], *(f"{by[m]['violations']['mean']:.2f}" for m in methods),
+                       *(f"{by[m]['cell_accuracy']['mean']:.3f}" for m in methods)])
+    return "\n\n".join([
+        source_line(file, meta_of(data)) + f" Seeds {', '.join(map(str, data['seeds']))}; {data['test_puzzles']} test "
+        "puzzles. Solve rate, mean ± 95% t-interval over seeds; the difference to the best greedy sampler is paired by "
+        "seed:",
+        table(["weights", "forward calls", "confidence", "entropy", "margin", "Info-Gain",
+               "Info-Gain − best greedy (paired)", "Info-Gain rows / puzzle", "ms / puzzle: confidence / Info-Gain"],
+              solve),
+        "Mean constraint violations per puzzle and cell accuracy (means over seeds):",
+        table(["weights", "forward calls", *(f"{what}: {m}" for what in ("violations", "cell accuracy")
+                                             for m in ("confidence", "entropy", "margin", "Info-Gain"))], errors),
+    ])
+
+
+def render_usable_information() -> str:
+    data = load("usable_information.json")
+
+    directed = [f"{kind}_{d}_{what}" for kind, what in (("info", "linear"), ("info", "mlp"))
+                for d in ("a_to_b", "b_to_a")] + [f"stitch_{d}_{task}" for task in ("fine", "coarse")
+                                                   for d in ("a_to_b", "b_to_a")]
+    asym = [[r["width_a"], r["layer"] + 1, *(pm(flat_stat(r, k), 2 if k.startswith("info") else 3) for k in directed[:4]),
+             f"{r['cka']:.3f}", f"{r['rsa']:.2f}", *(pm(flat_stat(r, k)) for k in directed[4:])]
+            for r in data["pairs_summary"]]
+    diffs = []
+    for width in dict.fromkeys(r["width_a"] for r in data["pairs"]):
+        pairs = [r for r in data["pairs"] if r["width_a"] == width]
+        diffs.append([width, *(pm(interval([r[f"{k}_a_to_b_{x}"] - r[f"{k}_b_to_a_{x}"] for r in pairs]), digits,
+                                  signed=True)
+                               for k, x, digits in (("stitch", "fine", 3), ("stitch", "coarse", 3), ("info", "linear", 2),
+                                                    ("info", "mlp", 2))), len(pairs)])
+    inv = data["invertible_summary"][0]
+    keys = ("cka", "rsa", "info_fz_to_z_linear", "info_fz_to_z_mlp", "info_z_to_fz_linear", "info_z_to_fz_mlp",
+            "info_z_to_z_mlp")
+    quant = {(r["format"], r["layer"]): r for r in data["quantization_summary"]}
+    formats = list(dict.fromkeys(f for f, _ in quant))
+    layers = sorted({layer for _, layer in quant})
+    qrows = [[f, *(pm(flat_stat(quant[f, layer], "info_quant_to_float"), 2) for layer in layers),
+              f"{quant[f, 0]['cka']:.5f}", f"{quant[f, 0]['accuracy']:.3f}"] for f in formats]
+    accuracy = {}
+    for name, acc in data["network_accuracy"].items():
+        accuracy.setdefault(int(name[1:].split("s")[0]), []).append(acc)
+    return "\n\n".join([
+        (source_line("usable_information.json", data["meta"]) + f" Seeds {', '.join(map(str, data['meta']['seeds']))}; "
+         "means +- 95% t-interval over seeds. Test accuracy of the networks: "
+         + ", ".join(f"width {w} {min(a):.3f}-{max(a):.3f}" for w, a in accuracy.items()) + "."),
+        "**Asymmetry** (I_V in nats per coordinate; \"A -> B\" for stitching is A's front into B's back):",
+        table(["A width", "hidden layer", "I_V(A->B) linear", "I_V(B->A) linear", "I_V(A->B) MLP", "I_V(B->A) MLP",
+               "CKA", "RSA", "stitch A->B fine", "stitch B->A fine", "stitch A->B coarse", "stitch B->A coarse"], asym),
+        "A->B minus B->A, paired over both layers and the seeds:",
+        table(["A width", "stitching, fine", "stitching, coarse", "I_V linear", "I_V MLP", "pairs"], diffs),
+        "**Invertible nonlinear map**:",
+        table(["linear CKA(z, f(z))", "RSA", "I_V(f(z) -> z) linear", "I_V(f(z) -> z) MLP", "I_V(z -> f(z)) linear",
+               "I_V(z -> f(z)) MLP", "I_V(z -> z) MLP (ceiling of the family)"], [[pm(flat_stat(inv, k), 2) for k in keys]]),
+        "**What quantization destroys** (width 256, linear family, I_V(quantized -> float) per coordinate):",
+        table(["format", *(f"hidden layer {layer + 1}" if layer < layers[-1] else "logits" for layer in layers),
+               "CKA hidden layer 1", "accuracy"], qrows),
+    ])
+
+
+def render_ossd() -> str:
+    data = load("ossd.json")
+    summary = data["summary"]
+    rows = [[f"`{v}`", pm(summary[f"novel_ap50_{v}"]), pm(summary[f"base_ap50_{v}"]),
+             pm(summary[f"novel_ap50_{v}_minus_base"], signed=True) if v != "base" else "",
+             ", ".join(f"{a:g}" for a in summary[f"alpha_{v}"]["values"])] for v in data["variants"]]
+    return "\n\n".join([
+        source_line("ossd.json", meta_of(data)) + f" Mean and 95% t-interval over seeds "
+        f"{', '.join(map(str, data['seeds']))} (AP50, test):",
+        table(["variant", "novel AP50", "base AP50", "novel AP50 minus `base`, paired by seed", "alpha per seed"], rows),
+    ])
+
+
+def render_meanflow_policy() -> str:
+    data = load("meanflow_policy.json")
+    methods = [[r["task"], r["method"], r["NFE"], f"{r['success rate']:g}", f"{r['action MSE']:.4g}",
+                f"{r['mean episode steps']:.4g}", f"{r['expert success rate']:g}", f"{r['train s']:.4g}"]
+               for r in data["methods"]]
+    memory = [[r["method"], r["batch"], f"{r['peak_rss_increase_mib']:.1f}", f"{r['rss_vs_jvp']:.2f}",
+               f"{r['saved_for_backward_mib']:.1f}", f"{r['saved_vs_jvp']:.2f}", f"{r['step_ms']:.0f}"]
+              for r in data["memory"]]
+    seeds = {r["held-out seeds"] for r in data["methods"]}
+    return "\n\n".join([
+        source_line("meanflow_policy.json", data["meta"]) + f" Success rate over {', '.join(map(str, seeds))} "
+        "held-out seeds:",
+        table(["task", "method", "NFE", "success rate", "action MSE", "mean episode steps", "expert success rate",
+               "train s"], methods),
+        "Training memory and step time (fresh process per variant; the JVP of plain MeanFlow is the reference):",
+        table(["method", "batch", "peak RSS increase (MiB)", "RSS vs JVP", "saved for backward (MiB)", "saved vs JVP",
+               "step (ms)"], memory),
+    ])
+
+
+def render_liftquant_accuracy() -> str:
+    data = load("liftquant_accuracy.json")
+    rows = []
+    for r in sorted(data["rows"], key=lambda r: (round(r["bits_per_weight"], 3), r["method"])):
+        label = r["method"]
+        if "formats" in r:
+            counts = Counter(f.removeprefix("liftquant_") for f in r["formats"].values())
+            label += " (" + ", ".join(f"{f} x{n}" if n > 1 else f for f, n in counts.most_common()) + ")"
+        rows.append([label, f"{r['bits_per_weight']:.3f}", f"{r['perplexity']:.4f}", r.get("finetune_steps", "")])
+    return "\n\n".join([
+        source_line("liftquant_accuracy.json", meta_of(data)) + f" Validation perplexity on "
+        f"{data['rows'][0]['tokens']} tokens:",
+        table(["method", "bits/weight", "perplexity", "fine-tuning steps"], rows),
+    ])
+
+
+def render_diloco(file: str) -> str:
+    """One fl_diloco.py grid: a condition column where the file has faulty links, a missing column where
+    anything went missing."""
+    data = load(file)
+    rows = data["table"]
+    faulty = [r["drop"] > 0 or r["outage"] > 0 or r["straggler"] >= 0 for r in rows]
+    conditions, missing = any(faulty), any(r["missing"] for r in rows)
+    header = [*(["condition"] if conditions else []), "bandwidth Mbit/s", "run", "final loss", "utilization",
+              "sim time (s)", "MB sent", "disagreement", *(["missing"] if missing else [])]
+    cells = [[*([("faults" if bad else "healthy")] if conditions else []), f"{r['bandwidth Mbit/s']:g}", r["run"],
+              f"{r['final loss']:.3f}", f"{r['utilization']:.3f}", f"{r['sim time (s)']:.1f}", f"{r['MB sent']:.1f}",
+              f"{r['disagreement']:.3f}", *([r["missing"]] if missing else [])] for r, bad in zip(rows, faulty, strict=True)]
+    goal = [[f"{g['bandwidth Mbit/s']:g}", f"{g['diloco utilization']:.3f}", "yes" if g["applies (diloco < 60%)"] else "no",
+             f"{g['gossip k=0 utilization']:.3f}", f"{g['loss gap']:+.4f}", "yes" if g["met"] else "no"]
+            for g in data["goal"]]
+    return "\n\n".join([
+        source_line(file, data["meta"]),
+        table(header, cells),
+        "The goal check (healthy network, gossip k = 0 against DiLoCo; loss gap = gossip's final loss less DiLoCo's):",
+        table(["bandwidth Mbit/s", "diloco utilization", "applies (diloco < 60%)", "gossip k=0 utilization",
+               "loss gap", "met"], goal),
+    ])
+
+
+# (results file, methods shown from it, label suffix): each run changes one thing against fl_rieselect.json.
+RIESELECT_ROWS = (("fl_rieselect.json", ("full", "random", "topk", "rieselect"), ""),
+                  ("fl_rieselect_nocap.json", ("rieselect",), ", no cap (`--growth 1e9`)"),
+                  ("fl_rieselect_coordinated.json", ("random", "topk"), ", coordinated (ablation)"),
+                  ("fl_rieselect_b0.5.json", ("random", "topk", "rieselect"), ""),
+                  ("fl_rieselect_b0.5_overlap0.3.json", ("rieselect",), ", overlap 0.3"),
+                  ("fl_rieselect_b0.5_coordinated.json", ("random", "topk"), ", coordinated (ablation)"))
+
+
+def render_rieselect() -> str:
+    sources, rows = [], []
+    for file, methods, suffix in RIESELECT_ROWS:
+        data = load(file)
+        sources.append(f"- {source_line(file, data['meta'])}")
+        summary = {r["method"]: r for r in data["table"]}
+        for method in methods:
+            runs = sorted((r for r in data["runs"] if r["job"]["selection"] == method), key=lambda r: r["job"]["seed"])
+            covered = [r["layers_covered"] for r in runs if "layers_covered" in r]
+            rows.append([method + suffix, f"{summary[method]['budget']:g}", summary[method]["average loss"],
+                         " / ".join(f"{r['average_loss']:.3f}" for r in runs),
+                         f"{float(summary[method]['forgetting']):.3f}", f"{summary[method]['uplink MB']:.2f}",
+                         f"{sum(covered) / len(covered):.2f}" if covered else "–"])
+    return "\n\n".join([
+        "\n".join(sources),
+        table(["method", "budget", "average loss (mean ± SD over seeds)", "per seed", "forgetting", "uplink MB",
+               "covered"], rows),
+    ])
+
+
+def render_fl_engine() -> str:
+    data = load("fl_engine.json")
+    overhead = [[r["method"], r["rounds"], *(f"{r[k]:.2f}" for k in ("total_s", "training_s")),
+                 *(f"{r[k]:.3f}" for k in ("evaluation_s", "engine_s", "overhead_s")),
+                 *(f"{r[k]:.2f}" for k in ("engine_%", "overhead_%", "messages_MB")), f"{r['final_loss']:.3f}"]
+                for r in data["overhead"]]
+    scale = [[r["method"], r["clients"], r["rounds"], f"{r['wall_s']:.1f}", f"{r['s_per_round']:.2f}",
+              f"{r['engine_s']:.2f}", f"{r['client_s']:.1f}", f"{r['messages_MB']:.1f}", f"{r['accuracy']:.3f}",
+              f"{r['accuracy_round0']:.3f}"] for r in data["scale"]]
+    return "\n\n".join([
+        source_line("fl_engine.json", data["meta"]),
+        table(["method", "rounds", "total (s)", "training (s)", "evaluation (s)", "engine (s)", "overhead (s)",
+               "engine %", "overhead %", "messages MB", "final loss"], overhead),
+        "Scale, same run: 100 clients of the digits MLP (hidden 64), 5 local steps a round:",
+        table(["method", "clients", "rounds", "wall (s)", "s per round", "engine (s)", "clients (s)", "messages MB",
+               "accuracy", "accuracy at round 0"], scale),
+    ])
+
+
+RENDERERS = {
+    "cgmmd": render_cgmmd,
+    "codecs": render_codecs,
+    "comparison-oracle": render_comparison_oracle,
+    "dcla": render_dcla,
+    "diloco": lambda: render_diloco("fl_diloco.json"),
+    "diloco-compressed": lambda: render_diloco("fl_diloco_compressed.json"),
+    "diloco-shared": lambda: render_diloco("fl_diloco_shared.json"),
+    "dnachunker": render_dnachunker,
+    "fedrgl": render_fedrgl,
+    "fl-engine": render_fl_engine,
+    "fuzzeval": render_fuzzeval,
+    "gemv": render_gemv,
+    "gptq": render_gptq,
+    "labbuilder": render_labbuilder,
+    "liftquant-accuracy": render_liftquant_accuracy,
+    "liftquant-search": render_liftquant_search,
+    "meanflow-policy": render_meanflow_policy,
+    "mx-training": render_mx_training,
+    "nemo": render_nemo,
+    "ossd": render_ossd,
+    "phasealign": render_phasealign,
+    "rieselect": render_rieselect,
+    "sudoku-4x4": lambda: render_sudoku("sudoku_infogain.json"),
+    "sudoku-9x9": lambda: render_sudoku("sudoku_infogain_9x9.json"),
+    "usable-information": render_usable_information,
+    "user-models": render_user_models,
+}
 
 
 def render_page(text: str) -> str:

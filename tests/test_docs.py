@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ INCOMPLETE = "provenance incomplete"  # matched case-insensitively
 
 
 def render_docs():
+    if str(ROOT / "benchmarks") not in sys.path:  # as when run as a script: it imports its sibling seed_stats
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("render_docs", ROOT / "benchmarks" / "render_docs.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -80,3 +83,16 @@ def test_incomplete_provenance_is_said_where_it_is_cited():
             if (not shas or any(s.endswith("-dirty") for s in shas)) and INCOMPLETE not in paragraph.lower():
                 unmarked.append((str(page.relative_to(ROOT)), name, sorted(shas) or "no git SHA"))
     assert not unmarked, f"cite these only with '{INCOMPLETE}' beside them, or re-measure on a clean tree: {unmarked}"
+
+
+def test_source_line_says_incomplete_provenance():
+    module = render_docs()
+    clean = module.source_line("x.json", {"git_sha": "0123456789abcdef", "threads": 1})
+    assert INCOMPLETE not in clean.lower()
+    for meta in ({"git_sha": "0123456789abcdef-dirty"}, {}):
+        assert INCOMPLETE in module.source_line("x.json", meta).lower()
+
+
+def test_table_refuses_repeated_column_names():
+    with pytest.raises(ValueError, match="repeated column names"):
+        render_docs().table(["a", "b", "a"], [[1, 2, 3]])
