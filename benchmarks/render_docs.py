@@ -634,6 +634,42 @@ def render_fl_engine() -> str:
     ])
 
 
+def render_fluxnet_strides() -> str:
+    data = load("fluxnet_strides.json")
+    labels = {"fluxnet": "FluxNet", "flux_rate": "flux rate"}
+    summary = {(r["pde"], r["arch"], r["stride"]): r for r in data["summary"]}
+    still = {(r["pde"], r["stride"]): r["rollout_rel_l2"] for r in data["persistence"]}
+
+    def error(stat: dict) -> str:  # a blown-up rollout is stored as the string "inf" or "nan"
+        mean, half = float(stat["mean"]), float(stat["ci95"])
+        return f"{mean:.3f} ± {half:.3f}" if math.isfinite(mean) else str(stat["mean"])
+
+    def worst(stat: dict, fmt: str) -> str:
+        return format(max(float(v) for v in stat["values"]), fmt)
+
+    rows = []
+    for name in data["breakdown"]:
+        for stride in data["strides"]:
+            fx, fr = summary[name, "fluxnet", stride], summary[name, "flux_rate", stride]
+            rows.append([name, stride, f"{still[name, stride]:.3f}", error(fx["rollout_rel_l2"]),
+                         error(fr["rollout_rel_l2"]), worst(fx["mass_drift"], ".1e"), worst(fr["mass_drift"], ".1e"),
+                         worst(fx["out_of_bounds"], ".2%"), worst(fr["out_of_bounds"], ".2%"),
+                         f"{fx['lr']:g} / {fr['lr']:g}"])
+    breaks = "; ".join(
+        f"{name}: " + ", ".join(f"{labels[arch]} at stride {s}" if s is not None else f"{labels[arch]} never"
+                                for arch, s in by_arch.items())
+        for name, by_arch in data["breakdown"].items())
+    return "\n\n".join([
+        (source_line("fluxnet_strides.json", meta_of(data)) + f" Seeds {', '.join(map(str, data['seeds']))}; "
+         f"{data['steps']} optimizer steps for every surrogate and stride; rollouts over {data['horizon']} "
+         f"solver-sampled steps; mean ± 95% t-interval over seeds (drift and out-of-bounds: the worst seed)."),
+        table(["problem", "stride", "persistence", "FluxNet rollout rel. L2", "flux rate rollout rel. L2",
+               "FluxNet drift", "flux rate drift", "FluxNet out of bounds", "flux rate out of bounds",
+               "lr (FluxNet / flux rate)"], rows),
+        f"First stride where the mean rollout error is no better than persistence's (or not finite): {breaks}.",
+    ])
+
+
 RENDERERS = {
     "cgmmd": render_cgmmd,
     "codecs": render_codecs,
@@ -644,6 +680,7 @@ RENDERERS = {
     "diloco-shared": lambda: render_diloco("fl_diloco_shared.json"),
     "dnachunker": render_dnachunker,
     "fedrgl": render_fedrgl,
+    "fluxnet-strides": render_fluxnet_strides,
     "fl-engine": render_fl_engine,
     "fuzzeval": render_fuzzeval,
     "gemv": render_gemv,

@@ -48,6 +48,13 @@ first) over the state padded by its receptive field, then a pointwise convolutio
 the head; the state is scaled to [0, 1] on the channel's bounds first. Hidden widths
 are multiples of 32, so MX blocks tile every weight but the first layer's.
 
+Strides: ``stride`` s makes one model step s of the problem's surrogate steps (the data are
+every s-th state of the stride-1 trajectories, from the same initial conditions). A cell
+then sends up to ``reach * s`` cells each way, the CFL-style bound: information crosses
+about s times as many cells per model step. The body's receptive field stays ``layers *
+(kernel // 2)`` cells around the sender; the flux-rate baseline keeps its ``substeps``, so
+each of its model steps still moves an amount at most ``substeps`` faces.
+
 Scale: the paper's solvers and networks are larger; here the mechanism is the same at
 small scale: 128 cells in 1D and 32 x 32 in 2D, a few thousand CPU training steps on
 tens of trajectories, rollouts of 100 surrogate steps against the solver.
@@ -99,7 +106,10 @@ class FluxNetConfig:
     boundary: str = bounded("periodic", choices=BOUNDARIES)  # periodic, or dirichlet for the 1D problems
     # surrogate cells per axis; None: the problem's default (128 in 1D, 32 in 2D)
     cells: int | None = bounded(None, low=1)
-    reach: int = bounded(3, low=1)  # R: neighbours each side a cell sends to in one step
+    # R: neighbours each side a cell sends to per solver-sampled step; a model step of `stride` of them
+    # sends up to R * stride cells (the CFL bound: information crosses ~stride times as many cells)
+    reach: int = bounded(3, low=1)
+    stride: int = bounded(1, low=1)  # solver-sampled steps (pde's surrogate step) per model step
     hidden: int = bounded(64, low=32)
     layers: int = bounded(4, low=1)
     kernel: int = bounded(5, low=1)
@@ -126,10 +136,16 @@ class FluxNetConfig:
         if self.unroll > self.trajectory_steps:
             raise ValueError(f"FluxNetConfig.unroll ({self.unroll}) must not exceed trajectory_steps "
                              f"({self.trajectory_steps})")
-        reach = self.layers * (self.kernel // 2) + self.reach
-        if self.cells is not None and self.cells <= reach:
-            raise ValueError(f"FluxNetConfig.cells must exceed layers * (kernel // 2) + reach = {reach}, "
+        halo = self.layers * (self.kernel // 2)
+        if self.cells is not None and self.cells <= halo + self.reach:
+            raise ValueError(f"FluxNetConfig.cells must exceed layers * (kernel // 2) + reach = {halo + self.reach}, "
                              f"got {self.cells}")
+        if self.arch == "fluxnet" and self.grid_cells <= halo + self.neighbourhood:
+            widest = (self.grid_cells - halo - 1) // self.reach
+            raise ValueError(f"FluxNetConfig.stride must be in [1, {widest}] for reach {self.reach} on "
+                             f"{self.grid_cells} cells: the neighbourhood reach * stride = {self.neighbourhood} "
+                             f"must stay below cells - layers * (kernel // 2) = {self.grid_cells - halo}; "
+                             f"got stride {self.stride} (lower stride or reach, or raise cells)")
 
     @property
     def problem(self) -> pde.Problem:
@@ -138,6 +154,11 @@ class FluxNetConfig:
     @property
     def grid_cells(self) -> int:
         return self.cells or self.problem.cells
+
+    @property
+    def neighbourhood(self) -> int:
+        """The farthest a FluxNet cell sends in one model step, in cells along an axis."""
+        return self.reach * self.stride
 
     @classmethod
     def tiny(cls, **overrides) -> FluxNetConfig:
@@ -158,16 +179,29 @@ def _trajectories(name, count, steps, cells, boundary, seed) -> np.ndarray:
     return data
 
 
+SPLITS = {"train": 0, "test": 1, "validation": 2}  # the second part of each split's data seed
+
+
+def _strided(config: FluxNetConfig, count: int, steps: int, split: str) -> np.ndarray:
+    """Every ``stride``-th state of a solver trajectory sampled at the problem's own step: (count, steps + 1, ...)."""
+    data = _trajectories(config.pde, count, steps * config.stride, config.grid_cells, config.boundary,
+                         (config.data_seed, SPLITS[split]))
+    return data[:, ::config.stride]
+
+
 def train_data(config: FluxNetConfig) -> np.ndarray:
-    """Training trajectories (train_trajectories, trajectory_steps + 1, C, *cells), float32."""
-    return _trajectories(config.pde, config.train_trajectories, config.trajectory_steps, config.grid_cells,
-                         config.boundary, (config.data_seed, 0))
+    """Training trajectories (train_trajectories, trajectory_steps + 1, C, *cells), float32, one model step apart."""
+    return _strided(config, config.train_trajectories, config.trajectory_steps, "train")
 
 
-def held_out_data(config: FluxNetConfig) -> np.ndarray:
-    """Held-out trajectories (test_trajectories, rollout_steps + 1, C, *cells) from other initial conditions."""
-    return _trajectories(config.pde, config.test_trajectories, config.rollout_steps, config.grid_cells,
-                         config.boundary, (config.data_seed, 1))
+def held_out_data(config: FluxNetConfig, split: str = "test") -> np.ndarray:
+    """Held-out trajectories (test_trajectories, rollout_steps + 1, C, *cells) from other initial conditions.
+
+    ``split``: ``test``, or ``validation`` (other initial conditions again) for choosing hyperparameters.
+    """
+    if split not in ("test", "validation"):
+        raise ValueError(f"split must be one of test, validation, got {split!r}")
+    return _strided(config, config.test_trajectories, config.rollout_steps, split)
 
 
 # ---- the network -------------------------------------------------------------------------
@@ -212,7 +246,8 @@ class FluxNet(nn.Module):
         if config.arch == "flux_rate":  # one signed flux per face, the face after each cell
             self.destinations = [(axis, 1) for axis in axes]
         else:
-            shifts = [*range(-config.reach, 0), *range(1, config.reach + 1)]
+            reach = config.neighbourhood
+            shifts = [*range(-reach, 0), *range(1, reach + 1)]
             self.destinations = [(axis, shift) for axis in axes for shift in shifts]
         self.margin = 0 if config.arch == "cnn" else max(abs(s) for _, s in self.destinations)
 
@@ -273,9 +308,10 @@ class FluxNet(nn.Module):
         """
         n = amounts.shape[-1] - 2 * self.margin
         parts = []
-        for d, (axis, shift) in enumerate(self.destinations):
+        # split, not a narrow per destination: each narrow's backward fills a zero tensor of the full size
+        for piece, (axis, shift) in zip(amounts.split(1, dim=2), self.destinations):
             starts = [self.margin + (direction * shift if a == axis else 0) for a in range(-self.dims, 0)]
-            parts.append(_narrow_cells(amounts.narrow(2, d, 1), starts, n))
+            parts.append(_narrow_cells(piece, starts, n))
         return torch.cat(parts, dim=2)
 
     def _proposal(self, logits: torch.Tensor, capacity: torch.Tensor) -> torch.Tensor:
@@ -425,8 +461,10 @@ def rollout_metrics(states: torch.Tensor, reference: torch.Tensor, inflow: torch
     return out
 
 
-def evaluate(model: nn.Module, config: FluxNetConfig = FluxNetConfig()) -> dict:
+def evaluate(model: nn.Module, config: FluxNetConfig = FluxNetConfig(), split: str = "test") -> dict:
     """Rollouts of ``rollout_steps`` surrogate steps from the held-out initial conditions, against the solver.
+
+    ``split``: the test trajectories, or the validation ones (see :func:`held_out_data`).
 
     * ``rollout_rel_l2``: relative L2 error ``|u - u_solver| / |u_solver|`` per trajectory,
       mean over trajectories and steps (``rel_l2_step1``: after one step, ``rel_l2_final``:
@@ -441,7 +479,7 @@ def evaluate(model: nn.Module, config: FluxNetConfig = FluxNetConfig()) -> dict:
       rollout below ``lower`` / above ``upper`` by more than 1e-5 of the range;
       ``max_bound_excess``: the largest excursion beyond either bound, per range.
     """
-    reference = torch.from_numpy(held_out_data(config).copy())
+    reference = torch.from_numpy(held_out_data(config, split).copy())
     states, inflow = rollout(model.eval(), reference[:, 0], config.rollout_steps)
     problem = config.problem
     return rollout_metrics(states, reference, inflow, config.boundary == "periodic", problem.lower, problem.upper)

@@ -23,6 +23,8 @@ TINY = {
                       "--liftquant", "16to8"],
     "comparison_oracle.py": ["--seeds", "0", "--trials", "5"],
     "gptq_liftquant.py": ["--seeds", "0", "--models", "digits", "--liftquant", "16to8", "--grids", "int4_g64"],
+    "fluxnet_strides.py": ["--pdes", "traffic", "--strides", "1,2", "--seeds", "0", "--steps", "3", "--lrs", "3e-3",
+                           "--horizon", "8"],
     "fuzzeval.py": ["--seeds", "0", "--problems", "3", "--candidates", "2", "--splits", "5"],
     "labbuilder.py": ["--seeds", "0", "--specs", "1", "--iterations", "20"],
     "liftquant_accuracy.py": ["--config", "steps=5", "width=64", "layers=1", "heads=1", "mlp=128", "seq_len=32",

@@ -106,7 +106,7 @@ def trained(name, head, arch="fluxnet"):
 
 def rollout_of(model, config):
     reference = torch.from_numpy(held_out_data(config).copy())
-    states, inflow = rollout(model, reference[:, 0], 100)
+    states, inflow = rollout(model, reference[:, 0], config.rollout_steps)
     problem = config.problem
     metrics = rollout_metrics(states, reference, inflow, config.boundary == "periodic", problem.lower, problem.upper)
     return states, metrics
@@ -114,7 +114,7 @@ def rollout_of(model, config):
 
 def assert_conserved_and_bounded(model, config):
     states, metrics = rollout_of(model, config)
-    assert states.shape[1] == 101 and torch.isfinite(states).all()
+    assert states.shape[1] == config.rollout_steps + 1 and torch.isfinite(states).all()
     assert metrics["mass_drift"] < ROUND_OFF
     if config.head in ("L", "D"):
         assert metrics["lower_violations"] == 0
@@ -218,3 +218,58 @@ def test_two_d_problems_are_periodic_only_and_sizes_are_checked():
         FluxNetConfig(hidden=48)
     with pytest.raises(ValueError, match="cells must exceed"):
         FluxNetConfig(cells=10)
+
+
+# ---- strides: one model step spans several of the problem's surrogate steps ------------------
+
+def test_data_at_stride_s_is_every_s_th_state_of_the_stride_1_trajectories():
+    strided = tiny("traffic", stride=3, trajectory_steps=4, rollout_steps=5)
+    base = replace(strided, stride=1, trajectory_steps=12, rollout_steps=15)
+    assert fluxnet.train_data(strided).shape == (8, 5, 1, 32)
+    np.testing.assert_array_equal(fluxnet.train_data(strided), fluxnet.train_data(base)[:, ::3])
+    for split in ("test", "validation"):
+        assert held_out_data(strided, split).shape == (2, 6, 1, 32)
+        np.testing.assert_array_equal(held_out_data(strided, split), held_out_data(base, split)[:, ::3])
+    assert not np.array_equal(held_out_data(strided, "validation"), held_out_data(strided))  # other initial states
+    with pytest.raises(ValueError, match="split must be one of test, validation, got 'train'"):
+        held_out_data(strided, "train")
+
+
+def test_a_cell_sends_up_to_reach_times_stride_cells():
+    config = tiny("traffic", stride=3)  # reach 2: up to 6 cells each way in one step
+    u = torch.zeros(1, 1, 32)
+    u[0, 0, 16] = 0.9  # only this cell has anything to send (L head: capacity u - lower)
+    with torch.no_grad():
+        moved = scrambled(config).step(u).state[0, 0]
+    reached = torch.nonzero(moved > 0).flatten().tolist()
+    assert reached == list(range(16 - 6, 16 + 7))
+    assert abs(moved.sum().item() - 0.9) < 1e-6
+
+
+def test_a_stride_the_neighbourhood_cannot_cover_names_stride_reach_and_the_allowed_values():
+    # 32 cells, reach 2, layers 2 x (kernel 3 // 2): reach * stride must stay below 32 - 2 = 30
+    assert build(tiny("traffic", stride=14)).destinations[-1] == (-1, 28)
+    with pytest.raises(ValueError, match=r"stride must be in \[1, 14\] for reach 2 on 32 cells.*got stride 15"):
+        tiny("traffic", stride=15)
+    with pytest.raises(ValueError, match="config key 'stride' of FluxNetConfig must be an integer >= 1, got 0"):
+        tiny("traffic", stride=0)
+    with pytest.raises(ValueError, match=r"stride must be in \[1, "):
+        make_config("fluxnet", {"stride": 100})
+    tiny("traffic", arch="flux_rate", stride=15)  # the baselines move amounts across faces only: no neighbourhood
+
+
+@pytest.mark.parametrize("head", fluxnet.HEADS)
+@pytest.mark.parametrize("name", list(pde.PROBLEMS))
+def test_untrained_fluxnet_conserves_and_keeps_its_bounds_at_stride_4(name, head):
+    config = tiny(name, head=head, stride=4, rollout_steps=25)  # the 100 solver-sampled steps of stride 1
+    states = assert_conserved_and_bounded(scrambled(config), config)
+    assert (states[:, -1] - states[:, 0]).abs().max() > 0.05
+
+
+@pytest.mark.parametrize("name", ["traffic", "convection_diffusion"])
+def test_dirichlet_total_changes_by_exactly_the_boundary_flows_at_stride_3(name):
+    config = tiny(name, boundary="dirichlet", stride=3, rollout_steps=34)
+    states, metrics = rollout_of(scrambled(config), config)
+    assert metrics["mass_drift"] < ROUND_OFF
+    mass = states.double().sum(-1)
+    assert (mass[:, -1] - mass[:, 0]).abs().max() > 1e-3 * mass[:, 0].abs().max()
