@@ -19,6 +19,8 @@ from types import ModuleType
 
 from torch import nn
 
+from edgekit.utils.provenance import note_model
+
 from . import (
     cache,
     cgmmd,
@@ -207,8 +209,11 @@ def train(name: str | ModelEntry, config=None, *, cache_dir: str | Path | None |
         if retrain:
             (directory / training.MODEL_FILE).unlink(missing_ok=True)
     with cache.using_cache_root(cache_dir or None):
-        return training.fit(entry.name, config, entry.build, entry.train_spec, entry.code, directory=directory,
-                            progress=progress, checkpoint_seconds=checkpoint_seconds, on_step=on_step, log=log)
+        trained = training.fit(entry.name, config, entry.build, entry.train_spec, entry.code, directory=directory,
+                               progress=progress, checkpoint_seconds=checkpoint_seconds, on_step=on_step, log=log)
+    note_model({"model": entry.name, "code": entry.code, "cache_key": cache.cache_key(entry.name, config, entry.code),
+                "from_cache": trained.cached})
+    return trained
 
 
 def entry_directory(entry: ModelEntry, config, cache_dir: str | Path | None = None) -> Path:

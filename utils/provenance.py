@@ -69,9 +69,24 @@ def cpu_info() -> dict:
             "load_average": load}
 
 
+_MODELS_USED: list[dict] = []
+
+
+def note_model(record: dict) -> None:
+    """Record a model this process trained or loaded from the cache (the model registry calls it)."""
+    if record not in _MODELS_USED:
+        _MODELS_USED.append(record)
+
+
 def provenance(seed: int | None = None, threads: int | None = None) -> dict:
-    """Seed, code, versions and machine of a result; ``threads``: the thread count it ran with."""
+    """Seed, code, versions and machine of a result; ``threads``: the thread count it ran with.
+
+    ``models`` is the process's live list of the models it trained or loaded (name, code
+    version, cache key): a result written after its work lists every model it used, even
+    when its provenance was taken before.
+    """
     return {
+        "models": _MODELS_USED,
         "seed": seed,
         "git_sha": git_sha(),
         "versions": package_versions(),
