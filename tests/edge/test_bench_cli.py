@@ -74,7 +74,7 @@ def test_unknown_target_names_the_registry(tmp_path):
 
 @pytest.mark.parametrize("args,code,message", [
     (["nomodel"], 1, "MODEL 'nomodel' is neither a registered model (digits, lm, meanflow_policy, fluxnet,"),
-    (["digits", "--format", "mxfp5"], 2, "unknown format 'mxfp5'; allowed: fp32, fp16, mxfp8_e4m3"),
+    (["digits", "--format", "mxfp5"], 2, "unknown format 'mxfp5'; allowed: fp32, fp16, bf16, mxfp8_e4m3"),
     (["digits", "-r", "0"], 2, "0 is not in the range x>=1"),
     (["digits", "--threads", "0"], 2, "0 is not in the range x>=1"),
 ])

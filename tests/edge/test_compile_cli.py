@@ -139,7 +139,7 @@ def test_export_runs_in_onnxruntime(checkpoint, tmp_path):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["no-such-model"], "neither a registered model (digits"),
-    (["{ckpt}", "--format", "mxfp5"], "unknown format 'mxfp5'; allowed: fp32, fp16, mxfp8_e4m3"),
+    (["{ckpt}", "--format", "mxfp5"], "unknown format 'mxfp5'; allowed: fp32, fp16, bf16, mxfp8_e4m3"),
     (["{ckpt}", "--target", "tpu-v9"], "tpu-v9"),
     (["{ckpt}", "--target", '{"kind": "opencl"}'], "preflight failed"),
     (["{ckpt}", "--target", '{"kind": "llvm", "mtriple": "aarch64-linux-gnu"}'], "names no cross compiler"),

@@ -99,7 +99,7 @@ def test_second_run_reads_the_cache(report):
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--models", "digits,gpt"], "unknown model 'gpt'; registered: digits"),
-    (["--formats", "mxfp5"], "unknown format 'mxfp5'; allowed: fp32, fp16, mxfp8_e4m3"),
+    (["--formats", "mxfp5"], "unknown format 'mxfp5'; allowed: fp32, fp16, bf16, mxfp8_e4m3"),
     (["--targets", "pdp11"], "unknown target 'pdp11'"),
     (["--formats", "liftquant:9"], "no LiftQuant configuration codes 9 bits per weight; offered: 1.25"),
     (["--deploy-params", "gpt=1e9"], "--deploy-params names unknown model 'gpt'"),
