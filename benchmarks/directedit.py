@@ -24,6 +24,7 @@ from seed_stats import interval
 
 from edgekit.models import directedit, registry
 from edgekit.provenance import provenance, require_clean_tree
+from edgekit.simulators.files import atomic_write
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -66,6 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     require_clean_tree(args.allow_dirty)
     torch.set_num_threads(1)
+    made_with = provenance(seed=args.seeds[0], threads=1)  # at the start: the code the run began with
     overrides = registry.parse_config_items(args.config)
     runs = []
     for seed in args.seeds:
@@ -79,11 +81,11 @@ def main() -> None:
         if method != "directedit":
             summary[f"edit_success_directedit_minus_{method}"] = interval(
                 [r["edit_success_directedit"] - r[f"edit_success_{method}"] for r in runs])
-    result = {"provenance": provenance(seed=args.seeds[0], threads=1), "command": " ".join(sys.argv),
-              "seeds": args.seeds, "config": dataclasses.asdict(config), "methods": directedit.METHODS, "guidances": directedit.GUIDANCES,
+    result = {"provenance": made_with, "command": " ".join(sys.argv), "seeds": args.seeds,
+              "config": dataclasses.asdict(config), "methods": directedit.METHODS, "guidances": directedit.GUIDANCES,
               "summary": summary, "runs": runs}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write(args.output, json.dumps(result, indent=2) + "\n")
     plot(summary, args.output.with_suffix(".png"))
     print(f"wrote {args.output} and {args.output.with_suffix('.png')}")
 
