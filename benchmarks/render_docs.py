@@ -372,10 +372,11 @@ def render_directedit() -> str:
             cost += f" + {summary[f'backward_{method}']['mean']:g} backward"
         diff = summary.get(f"edit_success_directedit_minus_{method}")
         rows.append([DIRECTEDIT_LABELS.get(method, method), per_seed(f"guidance_{method}"), cost,
-                     pm(summary[f"edit_success_{method}"], 2, "±"), pm(summary[f"kept_source_{method}"], 2, "±"),
-                     pm(summary[f"bg_psnr_{method}"], 1, "±"), pm(diff, 2, "±") if diff else "–"])
+                     pm(summary[f"edit_success_{method}"], 3, "±"), pm(summary[f"kept_source_{method}"], 3, "±"),
+                     pm(summary[f"bg_psnr_{method}"], 1, "±"),
+                     f"{diff['mean']:+.3f} ± {diff['ci95']:.3f}" if diff else "–"])
     fmts = ("float", "mxfp8", "mxfp4")
-    recon = [[label, *(f"{summary[f'recon_err_{m}_{f}']['mean']:.2g} ± {summary[f'recon_err_{m}_{f}']['ci95']:.2g}"
+    recon = [[label, *(f"{summary[f'recon_err_{m}_{f}']['mean']:.3g} ± {summary[f'recon_err_{m}_{f}']['ci95']:.2g}"
                        for f in fmts)] for m, label in (("directedit", "DirectEdit source path"),
                                                         ("plain", "plain inversion"))]
     guided = [[label, pm(summary[f"recon_err_{m}_guided"], 3, "±")] for m, label in (
