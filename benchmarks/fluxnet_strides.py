@@ -29,8 +29,8 @@ from seed_stats import interval
 
 from edgekit.models import fluxnet, pde
 from edgekit.models.registry import train
-from edgekit.output import atomic_write, json_safe
-from edgekit.provenance import provenance, require_clean_tree
+from edgekit.utils.output import atomic_write, json_safe
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 ARCHS = ("fluxnet", "flux_rate")  # FluxNet with its default L head; the flux-rate surrogate of fluxnet_study
 SMALL = {1: {"cells": 64, "hidden": 32, "layers": 3, "kernel": 5},

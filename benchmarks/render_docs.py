@@ -670,11 +670,57 @@ def render_fluxnet_strides() -> str:
     ])
 
 
+DIRECTEDIT_LABELS = {"plain": "plain inversion", "plain_blend": "plain inversion + mask blend",
+                     "nulltext": "null-text optimisation + mask blend",
+                     "directedit_noinject": "DirectEdit without value injection", "directedit": "DirectEdit"}
+
+
+def render_directedit() -> str:
+    data = load("directedit.json")
+    summary, runs, steps = data["summary"], data["runs"], data["config"]["edit_steps"]
+
+    def per_seed(key: str) -> str:
+        return ", ".join(f"{v:g}" for v in summary[key]["values"])
+
+    rows = []
+    for method, (_res, _inj, _blend, null) in data["methods"].items():
+        nfe = summary[f"nfe_{method}"]["values"]
+        cost = f"{min(nfe):g}" if min(nfe) == max(nfe) else f"{min(nfe):g}-{max(nfe):g}"
+        if null:
+            cost += f" + {summary[f'backward_{method}']['mean']:g} backward"
+        diff = summary.get(f"edit_success_directedit_minus_{method}")
+        rows.append([DIRECTEDIT_LABELS.get(method, method), per_seed(f"guidance_{method}"), cost,
+                     pm(summary[f"edit_success_{method}"], 3, "±"), pm(summary[f"kept_source_{method}"], 3, "±"),
+                     pm(summary[f"bg_psnr_{method}"], 1, "±"),
+                     f"{diff['mean']:+.3f} ± {diff['ci95']:.3f}" if diff else "–"])
+    fmts = ("float", "mxfp8", "mxfp4")
+    recon = [[label, *(f"{summary[f'recon_err_{m}_{f}']['mean']:.3g} ± {summary[f'recon_err_{m}_{f}']['ci95']:.2g}"
+                       for f in fmts)] for m, label in (("directedit", "DirectEdit source path"),
+                                                        ("plain", "plain inversion"))]
+    guided = [[label, pm(summary[f"recon_err_{m}_guided"], 3, "±")] for m, label in (
+        ("plain", "plain inversion"), ("directedit", "DirectEdit edit path, source caption"),
+        ("nulltext", "null-text optimisation"))]
+    return "\n\n".join([
+        (source_line("directedit.json", meta_of(data)) + f" Seeds {', '.join(map(str, data['seeds']))}; "
+         f"{data['config']['eval_scenes']} test scenes per seed, {steps} Euler steps; mean ± 95% t-interval over seeds. "
+         f"Training took {', '.join(str(round(r['train_seconds'])) for r in runs)} s per seed (1 thread)."),
+        table(["method", "guidance per seed", "NFE (forward)", "edit success", "source colour kept",
+               "background PSNR (dB, 120 = exact)", "DirectEdit − method, paired"], rows),
+        (f"DirectEdit's value-injection depth per seed: {per_seed('inject_steps')} of {steps} steps. Max |reconstruction "
+         "− input| without guidance, by weight format:"),
+        table(["inversion", "float32", "MXFP8", "MXFP4"], recon),
+        (f"Max |reconstruction − input| under guidance (float32; scale per seed {per_seed('guidance_nulltext')}, "
+         "null-text's choice):"),
+        table(["path", "max error"], guided),
+    ])
+
+
 RENDERERS = {
     "cgmmd": render_cgmmd,
     "codecs": render_codecs,
     "comparison-oracle": render_comparison_oracle,
     "dcla": render_dcla,
+    "directedit": render_directedit,
     "diloco": lambda: render_diloco("fl_diloco.json"),
     "diloco-compressed": lambda: render_diloco("fl_diloco_compressed.json"),
     "diloco-shared": lambda: render_diloco("fl_diloco_shared.json"),

@@ -19,9 +19,16 @@ Editing, with ``steps`` Euler steps on ``t_0 = 0 < ... < t_N = 1``:
   ``inject`` steps (value injection), and blending with the source latent outside a mask.
 - :func:`plain_reconstruct` / plain editing is the baseline: the same Euler steps backwards,
   no residuals, no injection, no blend.
+- Classifier-free guidance (:func:`guided`): training replaces a ``cond_drop`` fraction of
+  captions by the null caption, and the edit path may extrapolate from the null caption's
+  velocity to the target's (two evaluations per step).
+- :func:`null_text_optimise` is the second baseline, null-text inversion for rectified flow:
+  along the plain inversion path it fits, per step, an offset of the null branch's conditioning
+  so that the guided path from ``z_N`` with the source caption lands on the inversion's latents;
+  the edit then uses those offsets with the target caption.
 
 Bad input (wrong image size or channels, a mask that does not match, an empty caption, an
-unknown word) raises a ``ValueError`` naming it.
+unknown word, a guidance scale below 1) raises a ``ValueError`` naming it.
 """
 
 from __future__ import annotations
@@ -46,11 +53,13 @@ class DirectEditConfig:
     width: int = bounded(64, low=32)
     layers: int = bounded(3, low=1)
     heads: int = bounded(4, low=1)
-    steps: int = bounded(600, low=1)
+    steps: int = bounded(2500, low=1)
     batch: int = bounded(32, low=1)
     lr: float = bounded(2e-3, low=0, low_open=True)
+    cond_drop: float = bounded(0.1, low=0, high=1, high_open=True)  # caption dropout, for classifier-free guidance
     edit_steps: int = bounded(10, low=1)  # Euler steps of inversion and editing
     eval_scenes: int = bounded(40, low=1)
+    null_iterations: int = bounded(10, low=1)  # Adam steps per Euler step of null-text optimisation
     seed: int = bounded(0, low=0)
 
     def __post_init__(self):
@@ -66,7 +75,7 @@ class DirectEditConfig:
     @classmethod
     def tiny(cls, **overrides) -> DirectEditConfig:
         return cls(**{"width": 32, "layers": 2, "heads": 2, "steps": 150, "batch": 16, "edit_steps": 6,
-                      "eval_scenes": 8, **overrides})
+                      "eval_scenes": 8, "null_iterations": 3, **overrides})
 
 
 class Block(nn.Module):
@@ -104,14 +113,18 @@ class FlowDiT(nn.Module):
         self.ln_out = nn.LayerNorm(c.width)
         self.head = nn.Linear(c.width, 3 * c.patch ** 2)
 
-    def features(self, z, t, tokens, values=None):
-        """(velocity (B, 3, s, s), per-block attention values); ``values`` (a list per block) injects them."""
+    def features(self, z, t, tokens, values=None, cond_offset=None):
+        """(velocity (B, 3, s, s), per-block attention values); ``values`` (a list per block) injects them and
+        ``cond_offset`` (B, 1, width) is added to the conditioning vector every token receives (the time
+        embedding, where MM-DiT models also add the pooled caption): null-text optimisation's handle."""
         c = self.config
         n = c.grid ** 2
         half = c.width // 2
         freqs = torch.exp(-np.log(1000.0) * torch.arange(half, dtype=torch.float32) / half)
         angle = 1000.0 * t.reshape(-1, 1) * freqs
         temb = self.time(torch.cat([angle.sin(), angle.cos()], dim=1))[:, None]
+        if cond_offset is not None:
+            temb = temb + cond_offset
         x = torch.cat([self.patch_embed(z).flatten(2).transpose(1, 2) + self.pos,
                        self.word(tokens) + self.text_pos], dim=1) + temb
         pad = torch.cat([torch.zeros(len(z), n, dtype=torch.bool), tokens == 0], dim=1)
@@ -150,15 +163,26 @@ def batch(seed: int, start: int, count: int, config: DirectEditConfig):
             torch.from_numpy(np.stack([s.masks[0] for s in sc])), [s.labels[0] for s in sc])
 
 
+def null_tokens(count: int) -> torch.Tensor:
+    """The null caption: the end-of-text token alone (classifier-free guidance's unconditional input)."""
+    tokens = torch.zeros(count, tiny_clip.MAX_TOKENS, dtype=torch.long)
+    tokens[:, 0] = tiny_clip.WORDS.index("<eot>")
+    return tokens
+
+
 def train_spec(config: DirectEditConfig) -> TrainSpec:
-    """AdamW on the rectified-flow loss ``|v(z_t, t, caption) - (noise - x)|^2``, fresh scenes every step."""
+    """AdamW on the rectified-flow loss ``|v(z_t, t, caption) - (noise - x)|^2``, fresh scenes every step; a
+    ``cond_drop`` fraction of captions is replaced by the null caption so that guidance has an unconditional field."""
 
     def loss(model, rng, step):
         x, captions, _, _ = batch(stream(config, TRAIN_STREAM), step * config.batch, config.batch, config)
         noise = torch.from_numpy(rng.standard_normal(x.shape).astype(np.float32))
         t = torch.from_numpy(rng.uniform(0, 1, len(x)).astype(np.float32))
+        tokens = tiny_clip.tokenize(captions)
+        drop = torch.from_numpy(rng.uniform(0, 1, len(x)) < config.cond_drop)
+        tokens[drop] = null_tokens(int(drop.sum()))
         zt = (1 - t[:, None, None, None]) * x + t[:, None, None, None] * noise
-        return F.mse_loss(model(zt, t, tiny_clip.tokenize(captions)), noise - x)
+        return F.mse_loss(model(zt, t, tokens), noise - x)
 
     warm = max(1, config.steps // 20)
     return TrainSpec(config.steps, lambda m: torch.optim.AdamW(m.parameters(), lr=config.lr, weight_decay=0.01),
@@ -224,31 +248,109 @@ def source_path(inv: Inversion) -> torch.Tensor:
     return z
 
 
+def guided(model: FlowDiT, z: torch.Tensor, t: torch.Tensor, tokens: torch.Tensor, guidance: float,
+           values=None, null_offset=None) -> torch.Tensor:
+    """Classifier-free guided velocity ``u + guidance (v - u)`` with ``u`` the null caption's (offset by
+    ``null_offset``); at guidance 1 the caption's velocity alone (one evaluation instead of two)."""
+    v, _ = model.features(z, t, tokens, values)
+    if guidance == 1:
+        return v
+    u, _ = model.features(z, t, null_tokens(len(z)), values, null_offset)
+    return u + guidance * (v - u)
+
+
+def path_nfe(steps: int, guidance: float) -> int:
+    """Network evaluations of one denoising path: two per step under guidance."""
+    return steps * (1 if guidance == 1 else 2)
+
+
+def check_guidance(guidance: float) -> None:
+    if not guidance >= 1:
+        raise ValueError(f"guidance={guidance} must be >= 1 (1: no classifier-free guidance)")
+
+
 @torch.no_grad()
-def plain_reconstruct(model: FlowDiT, inv: Inversion, captions) -> torch.Tensor:
+def plain_reconstruct(model: FlowDiT, inv: Inversion, captions, guidance: float = 1.0) -> torch.Tensor:
     """Plain inversion's reconstruction: Euler steps back from z_N with fresh evaluations (``steps`` more)."""
-    return edit(model, inv, captions, residuals=False, inject=0, mask=None)
+    return edit(model, inv, captions, residuals=False, inject=0, mask=None, guidance=guidance)
 
 
 @torch.no_grad()
 def edit(model: FlowDiT, inv: Inversion, captions, *, residuals: bool = True, inject: int = 0,
-         mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Denoise from the inverted latent with ``captions``: residuals added, values injected in the first
-    ``inject`` steps, and latents outside ``mask`` (B, s, s) replaced by the source path's at every step."""
+         mask: torch.Tensor | None = None, guidance: float = 1.0, null_offsets: list | None = None) -> torch.Tensor:
+    """Denoise from the inverted latent with ``captions`` under classifier-free ``guidance``: residuals added,
+    values injected in the first ``inject`` steps, latents outside ``mask`` (B, s, s) replaced by the inversion's at
+    every step, and the null branch's conditioning offset per step by ``null_offsets`` (:func:`null_text_optimise`)."""
     x = inv.latents[0]
     tokens = check_inputs(model, (x + 1) / 2, captions, mask)
+    check_guidance(guidance)
     steps = len(inv.residuals)
     if not 0 <= inject <= steps:
         raise ValueError(f"inject={inject} must be between 0 and steps={steps}")
+    if null_offsets is not None and len(null_offsets) != steps:
+        raise ValueError(f"null_offsets has {len(null_offsets)} entries; the inversion has steps={steps}")
     ts = times(steps)
     keep = None if mask is None else mask.to(x.dtype)[:, None]
     z = inv.latents[-1]
     for k, i in enumerate(reversed(range(steps))):
-        v, _ = model.features(z, ts[i + 1].expand(len(z)), tokens, inv.values[i + 1] if k < inject else None)
+        v = guided(model, z, ts[i + 1].expand(len(z)), tokens, guidance, inv.values[i + 1] if k < inject else None,
+                   None if null_offsets is None else null_offsets[i])
         z = z - (ts[i + 1] - ts[i]) * v + (inv.residuals[i] if residuals else 0)
         if keep is not None:
             z = keep * z + (1 - keep) * inv.latents[i]
     return z
+
+
+@dataclass
+class NullText:
+    offsets: list  # per Euler step i (from t_{i+1} to t_i), the null branch's conditioning offset (B, 1, width)
+    reconstruction: torch.Tensor  # the guided path from z_N with the source caption and these offsets
+    forwards: int  # network evaluations spent in the optimisation (the inversion's not included)
+    backwards: int  # backward passes through the network
+
+
+def null_text_optimise(model: FlowDiT, inv: Inversion, captions, guidance: float, *, iterations: int = 10,
+                       lr: float = 0.01) -> NullText:
+    """Null-text inversion for rectified flow: walking the guided path back from z_N with the source caption,
+    at each step ``iterations`` Adam steps fit an offset to the null branch's conditioning vector (this network's
+    stand-in for the null caption's embedding) so that the guided Euler step lands on the inversion's latent; the
+    offset carries over to the next step as its start."""
+    x = inv.latents[0]
+    tokens = check_inputs(model, (x + 1) / 2, captions)
+    if not guidance > 1:
+        raise ValueError(f"guidance={guidance} must be > 1: without guidance the null caption is not evaluated")
+    if iterations < 1:
+        raise ValueError(f"iterations={iterations} must be >= 1")
+    if not lr > 0:
+        raise ValueError(f"lr={lr} must be > 0")
+    steps = len(inv.residuals)
+    ts, nulls = times(steps), null_tokens(len(x))
+    offset = torch.zeros(len(x), 1, model.config.width, requires_grad=True)
+    offsets, z, forwards, backwards = [None] * steps, inv.latents[-1], 0, 0
+    frozen = [p for p in model.parameters() if p.requires_grad]
+    for p in frozen:  # only the offset learns; the network's weights and gradients stay as they are
+        p.requires_grad_(False)
+    try:
+        for i in reversed(range(steps)):
+            t, dt = ts[i + 1].expand(len(x)), ts[i + 1] - ts[i]
+            with torch.no_grad():
+                v, _ = model.features(z, t, tokens)
+            opt = torch.optim.Adam([offset], lr=lr)
+            for _ in range(iterations):
+                u, _ = model.features(z, t, nulls, cond_offset=offset)
+                loss = F.mse_loss(z - dt * (u + guidance * (v - u)), inv.latents[i], reduction="sum")
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            with torch.no_grad():
+                u, _ = model.features(z, t, nulls, cond_offset=offset)
+                z = z - dt * (u + guidance * (v - u))
+            offsets[i] = offset.detach().clone()
+            forwards, backwards = forwards + iterations + 2, backwards + iterations
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
+    return NullText(offsets, z, forwards, backwards)
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
@@ -285,37 +387,54 @@ def target_captions(labels, rng: np.random.Generator) -> list[str]:
     return out
 
 
-METHODS = {  # name -> (residuals, value injection, mask blend)
-    "plain": (False, False, False),
-    "plain_blend": (False, False, True),
-    "directedit_noinject": (True, False, True),
-    "directedit": (True, True, True),
+METHODS = {  # name -> (residuals, value injection, mask blend, null-text optimisation)
+    "plain": (False, False, False, False),
+    "plain_blend": (False, False, True, False),
+    "nulltext": (False, False, True, True),
+    "directedit_noinject": (True, False, True, False),
+    "directedit": (True, True, True, False),
 }
+GUIDANCES = (1.0, 2.0, 4.0, 7.0, 10.0, 15.0)  # classifier-free guidance scales tried on validation (null-text: > 1)
 
 
-def edit_scores(model: FlowDiT, config: DirectEditConfig, which: int, inject: int, judge: nn.Module,
-                count: int | None = None) -> dict:
-    """Per method: background PSNR, edit success (judge's colour = target) and NFE, on one scene stream."""
-    count = count or config.eval_scenes
-    x, captions, masks, labels = batch(stream(config, which), 0, count, config)
+def edit_task(config: DirectEditConfig, which: int, count: int | None = None):
+    """Scenes of one stream with their recolouring: (latents, captions, masks, targets, target and source colour ids)."""
+    x, captions, masks, labels = batch(stream(config, which), 0, count or config.eval_scenes, config)
     targets = target_captions(labels, np.random.default_rng(stream(config, which)))
-    want = torch.tensor([list(shape_scenes.COLOURS).index(t.split()[1]) for t in targets])
-    model.eval()
-    inv = invert(model, x, captions, config.edit_steps)
-    out = {}
-    for name, (res, inj, blend) in METHODS.items():
-        y = edit(model, inv, targets, residuals=res, inject=inject if inj else 0, mask=masks if blend else None)
-        with torch.no_grad():
-            ok = (judge(y.clamp(-1, 1)).argmax(dim=1) == want).float().mean()
-        out[f"bg_psnr_{name}"] = float(psnr(y, x, ~masks).mean())
-        out[f"edit_success_{name}"] = float(ok)
-        out[f"nfe_{name}"] = config.edit_steps + (1 if res else 0) + config.edit_steps
-    return out
+    colours = list(shape_scenes.COLOURS)
+    return (x, captions, masks, targets, torch.tensor([colours.index(t.split()[1]) for t in targets]),
+            torch.tensor([colours.index(lab[0]) for lab in labels]))
 
 
-def reconstruction(model: FlowDiT, config: DirectEditConfig, which: int = TEST_STREAM) -> dict:
+def run_method(model: FlowDiT, config: DirectEditConfig, task, inv: Inversion, name: str, guidance: float,
+               inject: int, judge: nn.Module) -> dict:
+    """One method's edit of the task's scenes: edit success and source colour kept (by the judge), background PSNR,
+    forward evaluations (inversion + optimisation + edit path) and backward passes."""
+    x, captions, masks, targets, want, source = task
+    res, inj, blend, null = METHODS[name]
+    nt = null_text_optimise(model, inv, captions, guidance, iterations=config.null_iterations) if null else None
+    y = edit(model, inv, targets, residuals=res, inject=inject if inj else 0, mask=masks if blend else None,
+             guidance=guidance, null_offsets=nt and nt.offsets)
+    with torch.no_grad():
+        named = judge(y.clamp(-1, 1)).argmax(dim=1)
+    steps = config.edit_steps
+    return {"edit_success": float((named == want).float().mean()), "kept_source": float((named == source).float().mean()),
+            "bg_psnr": float(psnr(y, x, ~masks).mean()),
+            "nfe": steps + (1 if res else 0) + (nt.forwards if nt else 0) + path_nfe(steps, guidance),
+            "backward": nt.backwards if nt else 0}
+
+
+def settings(name: str, config: DirectEditConfig) -> list[tuple[float, int]]:
+    """The (guidance, injection depth) pairs a method is tuned over on validation."""
+    _res, inj, _blend, null = METHODS[name]
+    depths = sorted({0, config.edit_steps // 3, 2 * config.edit_steps // 3, config.edit_steps}) if inj else [0]
+    return [(g, k) for g in GUIDANCES if g > 1 or not null for k in depths]
+
+
+def reconstruction(model: FlowDiT, config: DirectEditConfig, guidance: float, which: int = TEST_STREAM) -> dict:
     """Max |reconstruction - input| of DirectEdit's source path and of plain inversion, with the model's weights
-    in float32, MXFP8 (E4M3) and MXFP4 (the simulators' block-scaled formats)."""
+    in float32, MXFP8 (E4M3) and MXFP4 (the simulators' block-scaled formats); and under classifier-free
+    ``guidance`` (float32): plain inversion, DirectEdit's edit path with the source caption, and null-text."""
     from .weights import quantized_copy
 
     x, captions, _, _ = batch(stream(config, which), 0, config.eval_scenes, config)
@@ -324,20 +443,34 @@ def reconstruction(model: FlowDiT, config: DirectEditConfig, which: int = TEST_S
         inv = invert(m.eval(), x, captions, config.edit_steps)
         out[f"recon_err_directedit_{fmt}"] = float((source_path(inv) - x).abs().max())
         out[f"recon_err_plain_{fmt}"] = float((plain_reconstruct(m, inv, captions) - x).abs().max())
+    inv = invert(model, x, captions, config.edit_steps)
+    out["recon_err_plain_guided"] = float((plain_reconstruct(model, inv, captions, guidance) - x).abs().max())
+    out["recon_err_directedit_guided"] = float((edit(model, inv, captions, guidance=guidance) - x).abs().max())
+    nt = null_text_optimise(model, inv, captions, guidance, iterations=config.null_iterations)
+    out["recon_err_nulltext_guided"] = float((nt.reconstruction - x).abs().max())
     return out
 
 
 def evaluate(model: nn.Module, config: DirectEditConfig | None = None) -> dict:
-    """Edit comparison at equal Euler steps: the value-injection depth (0, 1/3, 2/3 or all steps) is chosen on validation scenes by edit
-    success (ties to higher background PSNR), then test scenes are scored once; plus reconstruction error.
-    Headline: ``edit_success_directedit``."""
+    """Edit comparison at equal Euler steps: each method's guidance scale (and DirectEdit's value-injection depth:
+    0, 1/3, 2/3 or all steps) is chosen on validation scenes by edit success (ties to higher background PSNR,
+    then lower guidance, then less injection), then test scenes are scored once; plus reconstruction error, under guidance at the
+    scale chosen for null-text. Headline: ``edit_success_directedit``."""
     config = config or DirectEditConfig()
+    model.eval()
     judge = colour_classifier(config.seed, config.image_size)
-    depths = sorted({0, config.edit_steps // 3, 2 * config.edit_steps // 3, config.edit_steps})
-    depth = max(depths, key=lambda k: (
-        (s := edit_scores(model, config, VAL_STREAM, k, judge))["edit_success_directedit"], s["bg_psnr_directedit"]))
-    return {"inject_steps": depth, **edit_scores(model, config, TEST_STREAM, depth, judge),
-            **reconstruction(model, config)}
+    val, test = edit_task(config, VAL_STREAM), edit_task(config, TEST_STREAM)
+    val_inv, test_inv = invert(model, val[0], val[1], config.edit_steps), invert(model, test[0], test[1], config.edit_steps)
+    out = {}
+    for name in METHODS:
+        g, k = max(settings(name, config), key=lambda gk: (
+            (s := run_method(model, config, val, val_inv, name, *gk, judge))["edit_success"], s["bg_psnr"], -gk[0], -gk[1]))
+        out[f"guidance_{name}"] = g
+        if METHODS[name][1]:
+            out["inject_steps"] = k
+        out.update({f"{key}_{name}": v for key, v in run_method(model, config, test, test_inv, name, g, k, judge).items()
+                    if key != "backward" or METHODS[name][3]})
+    return {**out, **reconstruction(model, config, out["guidance_nulltext"])}
 
 
 def example_inputs(config: DirectEditConfig | None = None) -> tuple:

@@ -1,10 +1,14 @@
-"""DirectEdit: exact inversion, mask blending, value injection and bad input, on a seeded untrained network."""
+"""DirectEdit: exact inversion, mask blending, value injection, guidance, null-text optimisation and bad input,
+on a seeded untrained network."""
 
+import numpy as np
 import pytest
 import torch
 
 from edgekit.models import directedit as d
 from edgekit.models.weights import quantized_copy
+
+torch.set_num_threads(1)  # tiny tensors: extra threads only contend on a shared machine
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +56,63 @@ def test_value_injection_changes_the_edit_path(setup):
     assert (a - b).abs().max() > 1e-4
     # injecting the source values under the source caption reproduces the source exactly
     assert (d.edit(model, inv, captions, inject=config.edit_steps) - x).abs().max() < 1e-5
+
+
+def test_guidance_uses_the_null_caption(setup):
+    config, model, x, captions, _ = setup
+    inv = d.invert(model, x, captions, config.edit_steps)
+    # guidance 1 is the caption's velocity alone: the source caption then gives back the source exactly
+    assert (d.edit(model, inv, captions, guidance=1.0) - x).abs().max() < 1e-5
+    guided = d.edit(model, inv, captions, guidance=3.0)
+    assert (guided - x).abs().max() > 1e-3
+    offsets = [torch.randn(len(x), 1, config.width, generator=torch.Generator().manual_seed(0))] * config.edit_steps
+    assert (d.edit(model, inv, captions, guidance=3.0, null_offsets=offsets) - guided).abs().max() > 1e-4
+    assert d.path_nfe(config.edit_steps, 1.0) == config.edit_steps
+    assert d.path_nfe(config.edit_steps, 3.0) == 2 * config.edit_steps
+
+
+def test_null_text_optimisation_tracks_the_inversion_under_guidance(setup):
+    config, model, x, captions, _ = setup
+    inv = d.invert(model, x, captions, config.edit_steps)
+    before = [p.detach().clone() for p in model.parameters()]
+    nt = d.null_text_optimise(model, inv, captions, 3.0, iterations=10)
+    plain = (d.plain_reconstruct(model, inv, captions, 3.0) - x).abs().mean()
+    assert (nt.reconstruction - x).abs().mean() < plain / 2
+    # the offsets replayed by the edit path give the same reconstruction
+    replay = d.edit(model, inv, captions, residuals=False, guidance=3.0, null_offsets=nt.offsets)
+    assert (replay - nt.reconstruction).abs().max() < 1e-5
+    assert nt.forwards == config.edit_steps * 12 and nt.backwards == config.edit_steps * 10
+    assert all(torch.equal(a, b) and b.requires_grad for a, b in zip(before, model.parameters()))
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_null_text_bad_arguments_are_named(setup):
+    _config, model, x, captions, _ = setup
+    inv = d.invert(model, x, captions, 2)
+    with pytest.raises(ValueError, match="guidance=1.0 must be > 1"):
+        d.null_text_optimise(model, inv, captions, 1.0)
+    with pytest.raises(ValueError, match="iterations=0"):
+        d.null_text_optimise(model, inv, captions, 2.0, iterations=0)
+    with pytest.raises(ValueError, match="lr=0"):
+        d.null_text_optimise(model, inv, captions, 2.0, lr=0)
+    with pytest.raises(ValueError, match="null_offsets has 1 entries"):
+        d.edit(model, inv, captions, guidance=2.0, null_offsets=[None])
+    with pytest.raises(ValueError, match="guidance=0.5 must be >= 1"):
+        d.edit(model, inv, captions, guidance=0.5)
+
+
+def test_caption_dropout_trains_on_the_null_caption():
+    config = d.DirectEditConfig.tiny(cond_drop=0.5, batch=64)
+    spec = d.train_spec(config)
+    seen = []
+    model = d.build(config)
+    original = model.forward
+    model.forward = lambda z, t, tokens: seen.append(tokens) or original(z, t, tokens)
+    spec.loss(model, np.random.default_rng(0), 0)
+    null = (seen[0] == d.null_tokens(1)).all(dim=1)
+    assert 16 < int(null.sum()) < 48  # about half of 64
+    with pytest.raises(ValueError, match="cond_drop"):
+        d.DirectEditConfig.tiny(cond_drop=1.0)
 
 
 def test_bad_input_is_named(setup):
