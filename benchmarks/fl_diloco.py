@@ -1,15 +1,19 @@
 """DiLoCo against gossip DiLoCo over slow, lossy links: the grid of issue 7 section 2 (run by hand, with nice).
 
     nice python benchmarks/fl_diloco.py [--rounds 20] [--inner-steps 20] [--bandwidths 2Mbit,10Mbit,100Mbit]
-                                        [--topology exponential] [--mix-momentum]
+                                        [--topologies exponential] [--mix-momentum] [--seeds 0]
                                         [--methods diloco:0,gossip:0,gossip:1,gossip:2]
-                                        [--conditions healthy,faults] [--compression none] [--jobs 2]
-                                        [-o benchmarks/results/fl_diloco.json]
+                                        [--conditions healthy,stragglers,faults] [--compression none]
+                                        [--eval-every 1] [--jobs 2] [-o benchmarks/results/fl_diloco.json]
 
 8 workers train the byte-level LM (``edgekit.jobs.fl``: LMConfig.tiny, data split by file) on
-the in-process engine. Every method runs at every bandwidth, once on a healthy network and
-once with faults: every link down in 10% of its 2-second outage periods and client 3
-computing 3x slower. Methods: DiLoCo, and gossip DiLoCo with k = 0, 1, 2 blocking mixing
+the in-process engine. Every method runs at every bandwidth, topology (gossip's; DiLoCo has
+none) and seed, on a healthy network, with a straggler (client 3 computing 3x slower) and
+with faults (the straggler, and every link down in 10% of its 2-second outage periods).
+Links share each device's uplink and downlink (:mod:`edgekit.federated.sharing`). Loss is
+each worker's own model's (mean and worst; for gossip also the loss of the workers' average,
+an oracle figure: no run pays for its all-reduce). A straggler's update that misses DiLoCo's
+deadline is work lost: its inner steps are counted beside the time the deadline saves. Methods: DiLoCo, and gossip DiLoCo with k = 0, 1, 2 blocking mixing
 steps; ``--compression`` runs each also with its exchanged tensors in MX formats (``none``,
 ``mxint8``, ``mxfp4``). The simulated device is a Raspberry Pi 4 at 10% of its fp32 peak (11.5 GFLOP/s);
 latency 50 ms. Runs go to separate processes, one PyTorch thread each; each finished run is kept in
@@ -33,14 +37,22 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-FAULTS = {"outage": 0.1, "outage_period_s": 2.0, "straggler": 3, "straggler_slowdown": 3.0}
-CONDITIONS = ("healthy", "faults")
+STRAGGLER = {"straggler": 3, "straggler_slowdown": 3.0}
+CONDITIONS = {"healthy": {}, "stragglers": STRAGGLER, "faults": {"outage": 0.1, "outage_period_s": 2.0, **STRAGGLER}}
+
+
+def condition_name(settings: dict) -> str:
+    """The condition of a job (``outage``, ``straggler``) or a report's settings (``outage``, ``straggler``)."""
+    if settings.get("outage", 0) > 0:
+        return "faults"
+    return "stragglers" if settings.get("straggler", -1) >= 0 else "healthy"
 
 
 def run_name(job: dict) -> str:
-    return (f"{job['method']}_k{job['mixing_steps']}_{job['bandwidth_bps'] / 1e6:g}Mbit_"
-            f"{'faults' if job.get('outage') else 'healthy'}"
-            + ("" if job["compression"] == "none" else f"_{job['compression']}"))
+    topology = f"_{job['topology']}" if job["method"] == "gossip" else ""
+    return (f"{job['method']}_k{job['mixing_steps']}{topology}_{job['bandwidth_bps'] / 1e6:g}Mbit_"
+            f"{condition_name(job)}" + ("" if job["compression"] == "none" else f"_{job['compression']}")
+            + f"_seed{job['seed']}")
 
 
 def one_run(job: dict, done_dir: Path) -> dict:
@@ -64,23 +76,83 @@ def one_run(job: dict, done_dir: Path) -> dict:
 
 
 def condition_of(sections: dict) -> str:
-    return "faults" if sections["settings"]["outage"] > 0 else "healthy"
+    return condition_name(sections["settings"])
+
+
+def time_to(sections: dict, target: float) -> float | None:
+    """Simulated time at which the workers' mean loss first reaches ``target`` (None: never)."""
+    for r in sections["rounds"]:
+        if "eval" in r["metrics"] and r["metrics"]["eval"]["loss"] <= target:
+            return r["sim_time"]
+    return None
+
+
+def grid_summary(runs: list[dict]) -> list[dict]:
+    """Mean and 95% interval over seeds per (condition, bandwidth, method, topology, compression).
+
+    Time to target: to within 2% of the final loss DiLoCo reaches on the healthy network at
+    the same bandwidth and seed (uncompressed). Work lost: inner steps of updates that missed
+    the deadline, per worker.
+    """
+    from seed_stats import interval
+
+    from edgekit.jobs.fl import run_label
+
+    targets = {(r["settings"]["bandwidth-bps"], r["settings"]["seed"]): 1.02 * r["summary"]["final_loss"]
+               for r in runs if r["settings"]["method"] == "diloco" and condition_of(r) == "healthy"
+               and r["settings"]["compression"] == "none"}
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        s = r["settings"]
+        groups.setdefault((condition_of(r), s["bandwidth-bps"], run_label(s), s["compression"]), []).append(r)
+    rows = []
+    for (condition, bandwidth, label, compression), group in groups.items():
+        def stat(values):
+            values = [v for v in values if v is not None]
+            return interval(values) if values else None
+
+        reach = [time_to(r, targets[r["settings"]["bandwidth-bps"], r["settings"]["seed"]])
+                 if (r["settings"]["bandwidth-bps"], r["settings"]["seed"]) in targets else None for r in group]
+        rows.append({
+            "condition": condition, "bandwidth Mbit/s": bandwidth / 1e6, "run": label, "compression": compression,
+            "seeds": sorted(r["settings"]["seed"] for r in group),
+            "mean worker loss": stat([r["summary"]["final_loss"] for r in group]),
+            "worst worker loss": stat([r["summary"]["final_worst_loss"] for r in group]),
+            "oracle loss": stat([r["summary"].get("final_oracle_loss") for r in group]),
+            "utilization": stat([r["summary"]["utilization"] for r in group]),
+            "sim time (s)": stat([r["summary"]["sim_time"] for r in group]),
+            "reached target": sum(t is not None for t in reach),
+            "time to target (s)": stat(reach),
+            "MB sent": stat([(r["summary"]["bytes"] or {}).get("total", 0) / 1e6 for r in group]),
+            "inner steps lost per worker": stat([r["summary"]["missing_updates"] * r["settings"]["inner-steps"]
+                                                 / r["settings"]["clients"] for r in group]),
+        })
+    return rows
 
 
 def goal_check(runs: list[dict]) -> list[dict]:
+    """Per bandwidth and gossip topology, over the seeds' means: where DiLoCo's utilization is below
+    60% on the healthy network, does gossip with k = 0 reach 95% with a mean worker loss within
+    2% of DiLoCo's (both uncompressed)?"""
+    import statistics
+
+    healthy = [r for r in runs if condition_of(r) == "healthy" and r["settings"]["compression"] == "none"
+               and r["settings"]["mixing-steps"] == 0]
     rows = []
-    for bandwidth in sorted({r["settings"]["bandwidth-bps"] for r in runs}):
-        pick = {(r["settings"]["method"], r["settings"]["mixing-steps"]): r["summary"] for r in runs
-                if r["settings"]["bandwidth-bps"] == bandwidth and condition_of(r) == "healthy"
-                and r["settings"]["compression"] == "none"}
-        if ("diloco", 0) not in pick or ("gossip", 0) not in pick:
-            continue
-        diloco, gossip = pick[("diloco", 0)], pick[("gossip", 0)]
-        gap = (gossip["final_loss"] - diloco["final_loss"]) / diloco["final_loss"]
-        rows.append({"bandwidth Mbit/s": bandwidth / 1e6, "diloco utilization": diloco["utilization"],
-                     "applies (diloco < 60%)": diloco["utilization"] < 0.6,
-                     "gossip k=0 utilization": gossip["utilization"], "loss gap": gap,
-                     "met": diloco["utilization"] < 0.6 and gossip["utilization"] >= 0.95 and gap <= 0.02})
+    for bandwidth in sorted({r["settings"]["bandwidth-bps"] for r in healthy}):
+        at = [r for r in healthy if r["settings"]["bandwidth-bps"] == bandwidth]
+        diloco = [r["summary"] for r in at if r["settings"]["method"] == "diloco"]
+        for topology in sorted({r["settings"]["topology"] for r in at if r["settings"]["method"] == "gossip"}):
+            gossip = [r["summary"] for r in at if r["settings"]["method"] == "gossip"
+                      and r["settings"]["topology"] == topology]
+            if not diloco or not gossip:
+                continue
+            d_util, g_util = (statistics.mean(s["utilization"] for s in x) for x in (diloco, gossip))
+            d_loss, g_loss = (statistics.mean(s["final_loss"] for s in x) for x in (diloco, gossip))
+            gap = (g_loss - d_loss) / d_loss
+            rows.append({"bandwidth Mbit/s": bandwidth / 1e6, "topology": topology, "diloco utilization": d_util,
+                         "applies (diloco < 60%)": d_util < 0.6, "gossip k=0 utilization": g_util,
+                         "loss gap": gap, "met": d_util < 0.6 and g_util >= 0.95 and gap <= 0.02})
     return rows
 
 
@@ -117,28 +189,40 @@ def loss_grid_plot(runs: list[dict], path: Path) -> None:
 
 def main():
     from edgekit.federated.apps import RunSettings
-    from edgekit.fl_cli import parse_rate
+    from edgekit.federated.links import parse_rate
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--inner-steps", type=int, default=20)
     parser.add_argument("--bandwidths", default="2Mbit,10Mbit,100Mbit")
-    parser.add_argument("--topology", default="exponential")
+    parser.add_argument("--topologies", default="exponential", help="gossip's, comma-separated")
+    parser.add_argument("--seeds", default="0", help="comma-separated")
+    parser.add_argument("--eval-every", type=int, default=1, help="rounds between evaluations (and after the last)")
+    parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
     parser.add_argument("--mix-momentum", action="store_true")
     parser.add_argument("--methods", default="diloco:0,gossip:0,gossip:1,gossip:2",
                         help="method:k pairs (k: blocking mixing steps of gossip)")
-    parser.add_argument("--conditions", default=",".join(CONDITIONS))
+    parser.add_argument("--conditions", default=",".join(CONDITIONS), help=f"comma-separated: {', '.join(CONDITIONS)}")
     parser.add_argument("--compression", default="none", help="comma-separated: none, mxint8, mxfp4")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_diloco.json"))
     args = parser.parse_args()
+    from edgekit.utils.provenance import require_clean_tree
+
+    require_clean_tree(args.allow_dirty)
     os.environ.setdefault("EDGEKIT_CACHE_DIR", "/tmp/fl-cache")
-    jobs = [{"method": method, "mixing_steps": int(k), "topology": args.topology, "mix_momentum": args.mix_momentum,
+    unknown = set(args.conditions.split(",")) - set(CONDITIONS)
+    if unknown:
+        parser.error(f"--conditions: unknown {', '.join(sorted(unknown))}; allowed: {', '.join(CONDITIONS)}")
+    topologies = args.topologies.split(",")
+    jobs = [{"method": method, "mixing_steps": int(k), "topology": topology, "mix_momentum": args.mix_momentum,
              "clients": 8, "rounds": args.rounds, "inner_steps": args.inner_steps, "bandwidth_bps": parse_rate(bw),
-             "latency_s": 0.05, "compression": compression, **(FAULTS if condition == "faults" else {})}
-            for condition in args.conditions.split(",") for bw in args.bandwidths.split(",")
-            for compression in args.compression.split(",")
-            for method, k in (item.split(":") for item in args.methods.split(","))]
+             "latency_s": 0.05, "compression": compression, "seed": int(seed), "eval_every": args.eval_every,
+             **CONDITIONS[condition]}
+            for seed in args.seeds.split(",") for condition in args.conditions.split(",")
+            for bw in args.bandwidths.split(",") for compression in args.compression.split(",")
+            for method, k in (item.split(":") for item in args.methods.split(","))
+            for topology in (topologies if method == "gossip" else topologies[:1])]
     try:
         for job in jobs:
             RunSettings(**job)  # bad settings are refused here, before any run
@@ -154,16 +238,17 @@ def main():
     from edgekit.utils.output import markdown_table
     from edgekit.utils.provenance import provenance
 
-    table, goal = render_summary(runs), goal_check(runs)
+    table, goal, summary = render_summary(runs), goal_check(runs), grid_summary(runs)
     print(markdown_table(table))
     print(markdown_table(goal))
-    atomic_write(args.output, json.dumps({"meta": provenance(0), "table": table, "goal": goal, "runs": runs},
-                                         indent=1) + "\n")
+    atomic_write(args.output, json.dumps({"meta": provenance(0), "table": table, "goal": goal, "summary": summary,
+                                          "runs": runs}, indent=1) + "\n")
     loss_grid_plot(runs, args.output.with_suffix(".png"))
     for condition in CONDITIONS:
         for bandwidth in sorted({r["settings"]["bandwidth-bps"] for r in runs}):
-            group = [(run_label(r["settings"]), r) for r in runs
-                     if condition_of(r) == condition and r["settings"]["bandwidth-bps"] == bandwidth]
+            group = [(run_label(r["settings"]), r) for r in runs  # the first seed's runs
+                     if condition_of(r) == condition and r["settings"]["bandwidth-bps"] == bandwidth
+                     and r["settings"]["seed"] == int(args.seeds.split(",")[0])]
             if not group:
                 continue
             fl_plot(group, args.output.with_name(f"{args.output.stem}_{condition}_{bandwidth / 1e6:g}Mbit.png"),

@@ -76,6 +76,11 @@ class EdgeStrategy(Strategy, ABC):
     def model_arrays(self) -> dict[str, np.ndarray]:
         """The model to evaluate now (the global model, or the consensus of the workers)."""
 
+    def worker_arrays(self) -> list[dict[str, np.ndarray]] | None:
+        """Each worker's own model where workers hold different ones (gossip); None where every
+        worker holds :meth:`model_arrays` after a round."""
+        return None
+
     def state(self) -> dict:
         return {}
 
@@ -233,6 +238,27 @@ def resumable(checkpoint: str | Path | None, config: dict | None) -> dict | None
     return saved
 
 
+def evaluation(strategy: EdgeStrategy, evaluate: Callable[[int, dict], dict], server_round: int) -> dict:
+    """The round's metrics of the models the workers hold.
+
+    Where every worker holds the global model, its metrics, with ``worst_loss`` = ``loss``.
+    Where workers hold their own (gossip), each numeric metric is the mean over the workers'
+    own models, ``worst_loss`` the highest worker loss, and ``oracle_loss`` the loss of the
+    workers' average: an oracle figure, since nothing in the run pays for the all-reduce it needs.
+    """
+    workers = strategy.worker_arrays()
+    if workers is None:
+        metrics = evaluate(server_round, strategy.model_arrays())
+        return {**metrics, "worst_loss": metrics["loss"]} if "loss" in metrics else metrics
+    each = [evaluate(server_round, arrays) for arrays in workers]
+    numeric = [k for k, v in each[0].items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    metrics = {k: float(np.mean([e[k] for e in each])) for k in numeric}
+    if "loss" in metrics:
+        metrics["worst_loss"] = max(float(e["loss"]) for e in each)
+        metrics["oracle_loss"] = evaluate(server_round, strategy.model_arrays())["loss"]
+    return metrics
+
+
 def run_rounds(strategy: EdgeStrategy, grid: Grid, num_rounds: int, *, timeout: float | None = None,
                evaluate: Callable[[int, dict], dict] | None = None, eval_every: int = 1,
                checkpoint: str | Path | None = None, config: dict | None = None,
@@ -240,7 +266,8 @@ def run_rounds(strategy: EdgeStrategy, grid: Grid, num_rounds: int, *, timeout: 
     """Run rounds 1..``num_rounds`` of ``strategy`` on ``grid``, resuming from ``checkpoint`` if it exists.
 
     evaluate: ``(round, model arrays) -> metrics``, run before round 1 (round 0), every
-        ``eval_every`` rounds and after the last; its metrics go to ``record.metrics["eval"]``.
+        ``eval_every`` rounds and after the last, on the models the workers hold
+        (:func:`evaluation`); its metrics go to ``record.metrics["eval"]``.
     checkpoint: rewritten after every round; a run resumes from it only with the same ``config``.
     on_round: called with each finished round's record (progress bars, logs).
     """
@@ -262,7 +289,7 @@ def run_rounds(strategy: EdgeStrategy, grid: Grid, num_rounds: int, *, timeout: 
         log.info("resuming after round %d from %s", saved["round"], checkpoint)
     elif evaluate is not None:
         records.append(RoundRecord(0, sim_time=simulated_clock(grid) if hasattr(grid, "clock") else 0.0,
-                                   metrics={"eval": evaluate(0, strategy.model_arrays())}))
+                                   metrics={"eval": evaluation(strategy, evaluate, 0)}))
     resumed_from = first - 1
     for server_round in range(first, num_rounds + 1):
         bytes_before, compute_before = _bytes_total(grid), _compute_total(grid)
@@ -275,7 +302,7 @@ def run_rounds(strategy: EdgeStrategy, grid: Grid, num_rounds: int, *, timeout: 
         record.metrics.update(strategy.round_metrics())
         record.metrics["utilization"] = utilization(grid, strategy.p2p)
         if evaluate is not None and (server_round % eval_every == 0 or server_round == num_rounds):
-            record.metrics["eval"] = evaluate(server_round, strategy.model_arrays())
+            record.metrics["eval"] = evaluation(strategy, evaluate, server_round)
         records.append(record)
         if checkpoint is not None:
             save_checkpoint(checkpoint, {"config": config or {}, "round": server_round, "strategy": strategy.state(),

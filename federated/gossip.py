@@ -187,8 +187,11 @@ class GossipDiLoCo(EdgeStrategy):
         return [split_state(from_record(record))[0] for _, record in self.published.values()] or [self.reference]
 
     def model_arrays(self) -> dict[str, np.ndarray]:
-        """The consensus: the mean of every worker's newest published parameters."""
+        """The consensus: the mean of every worker's newest published parameters (no worker holds it)."""
         return average(self._worker_params())
+
+    def worker_arrays(self) -> list[dict[str, np.ndarray]]:
+        return self._worker_params()
 
     def round_metrics(self) -> dict:
         """``disagreement``: RMS over workers of ||x_i - mean|| relative to ||mean||."""

@@ -20,12 +20,36 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass, field
 from statistics import NormalDist
 
 from .sharing import Flow, finish_times
 
 _UNIT_NORMAL = NormalDist()
+# Rates and durations as people write them (the command line's --bandwidth, --latency ...)
+PREFIXES = {"": 1.0, "k": 1e3, "K": 1e3, "m": 1e6, "M": 1e6, "g": 1e9, "G": 1e9}
+DURATION_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0}
+_NUMBER = r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*"
+_RATE = re.compile(_NUMBER + r"([kKmMgG]?)(bit|B)(?:/s)?\s*$")
+_DURATION = re.compile(_NUMBER + r"(us|ms|s|min)\s*$")
+
+
+def parse_rate(text: str) -> float:
+    """Bits per second from ``10Mbit``, ``10Mbit/s``, ``1.5Gbit``, ``500kbit`` or bytes per second, ``2MB/s``."""
+    match = _RATE.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"{text!r} is not a positive rate; write a number and a unit: bit, kbit, Mbit, Gbit "
+                         "(bits per second) or B, kB, MB, GB (bytes per second), '/s' optional, e.g. 10Mbit")
+    return float(match.group(1)) * PREFIXES[match.group(2)] * (8.0 if match.group(3) == "B" else 1.0)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``50ms``, ``1.5s``, ``200us`` or ``2min``."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a duration; write a number and a unit: us, ms, s or min, e.g. 50ms")
+    return float(match.group(1)) * DURATION_UNITS[match.group(2)]
 
 
 def uniform(seed: int, *key) -> float:

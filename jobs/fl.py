@@ -255,6 +255,7 @@ def summarize(settings: RunSettings, result: RunResult) -> dict:
     final = evaluated[-1].metrics["eval"] if evaluated else {}
     rounds = [r for r in result.records if r.round > 0]
     return {**result.summary, "final_loss": final.get("loss"), "final_perplexity": final.get("perplexity"),
+            "final_worst_loss": final.get("worst_loss"), "final_oracle_loss": final.get("oracle_loss"),
             "inner_steps_per_worker": settings.rounds * settings.inner_steps,
             "mean_disagreement": float(np.mean([r.metrics.get("disagreement", 0.0) for r in rounds])) if rounds else 0.0,
             "missing_updates": sum(len(r.missing) for r in rounds),
@@ -377,6 +378,7 @@ def render_summary(rows: list[dict]) -> list[dict]:
         bytes_ = summary.get("bytes") or {}
         out.append({"run": run_label(s), "bandwidth Mbit/s": s["bandwidth-bps"] / 1e6, "drop": s["drop"],
                     "outage": s["outage"], "straggler": s["straggler"], "final loss": summary["final_loss"],
+                    "worst worker loss": summary.get("final_worst_loss"), "oracle loss": summary.get("final_oracle_loss"),
                     "sim time (s)": summary["sim_time"], "utilization": summary["utilization"],
                     "MB sent": bytes_.get("total", 0) / 1e6, "MB up": bytes_.get("up", 0) / 1e6,
                     "disagreement": summary["mean_disagreement"],

@@ -7,7 +7,8 @@ from edgekit.cli import main
 from edgekit.federated.apps import METHODS
 from edgekit.federated.choices import METHOD_NAMES
 from edgekit.federated.flower_run import LocalFederation
-from edgekit.fl_cli import fl, parse_duration, parse_rate
+from edgekit.federated.links import parse_duration, parse_rate
+from edgekit.fl_cli import fl
 from edgekit.jobs.fl import RUNNERS, run_label
 
 
@@ -38,7 +39,7 @@ def test_rates_and_durations():
     (["--deadline", "soon"], "Invalid value for '--deadline'"),
     (["--drop", "1.5"], "Invalid value for '--drop': 1.5 is not in the range 0.0<=x<=1.0"),
     (["--topology", "star"], "Invalid value for '--topology': 'star' is not one of 'ring', 'hypercube'"),
-    (["--compression", "int3"], "Invalid value for '--compression': 'int3' is not one of 'none', 'mxint8', 'mxfp4'"),
+    (["--compression", "int3"], "Invalid value for '--compression': 'int3' is not a compression; allowed: none, mxfp8_e4m3"),
     (["--engine", "mpi"], "Invalid value for '--engine': 'mpi' is not one of 'inproc', 'ray', 'deployment'"),
     (["--device", "toaster"], "Invalid value for --device"),
     (["--clients", "4", "--straggler", "4"], "Invalid value for --straggler: must be a client index below --clients 4"),

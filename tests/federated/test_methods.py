@@ -9,6 +9,7 @@ from flwr.app import Array, ArrayRecord
 from edgekit.federated.apps import RunSettings, make_client_app, run_in_process
 from edgekit.federated.compression import from_record, packed_nbytes, to_record
 from edgekit.federated.diloco import DiLoCo, OuterNesterov
+from edgekit.federated.engine import evaluation
 from edgekit.federated.inproc_grid import InProcessGrid
 from edgekit.federated.links import LinkSpec, Network
 from edgekit.federated.network_grid import NetworkGrid
@@ -55,6 +56,27 @@ def test_gossip_with_exact_averaging_is_diloco():
     assert with_momentum.records[-1].metrics["disagreement"] < metropolis.records[-1].metrics["disagreement"]
     assert set(from_record(next(iter(grid.inner.contexts.values())).state["gossip_params"])) == set(
         with_momentum.final)
+
+
+def test_gossip_is_scored_on_each_workers_own_model():
+    class Stub:  # two workers holding different models; their average is the consensus
+        def worker_arrays(self):
+            return [{"w": np.array([1.0])}, {"w": np.array([3.0])}]
+
+        def model_arrays(self):
+            return {"w": np.array([2.0])}
+
+    def squared(_, arrays):
+        return {"loss": float(arrays["w"][0] ** 2), "label": "x"}
+
+    assert evaluation(Stub(), squared, 1) == {"loss": 5.0, "worst_loss": 9.0, "oracle_loss": 4.0}
+    diloco, _ = run(method="diloco")
+    assert all("oracle_loss" not in r.metrics["eval"] and r.metrics["eval"]["worst_loss"] == r.metrics["eval"]["loss"]
+               for r in diloco.records)
+    ring, _ = run(method="gossip", mixing_steps=0)
+    last = ring.records[-1].metrics["eval"]
+    assert last["worst_loss"] > last["loss"]  # the workers disagree, so one of them is worse than their mean
+    assert last["oracle_loss"] != last["loss"]
 
 
 def test_gossip_overlaps_communication_with_compute():
