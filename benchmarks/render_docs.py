@@ -586,6 +586,58 @@ def render_diloco(file: str) -> str:
     ])
 
 
+def render_diloco_grid(file: str) -> str:
+    """fl_diloco.py's seed summary: per condition, bandwidth and run, mean +- 95% interval over seeds."""
+    data = load(file)
+
+    def cell(stat, digits=3):
+        return "–" if stat is None else pm(stat, digits, "±")
+
+    rows = [[s["condition"], f"{s['bandwidth Mbit/s']:g}", s["run"], cell(s["mean worker loss"]),
+             cell(s["worst worker loss"]), cell(s["oracle loss"]), cell(s["utilization"], 2),
+             f"{s['reached target']}/{len(s['seeds'])}", cell(s["time to target (s)"], 1), cell(s["MB sent"], 1),
+             cell(s["inner steps lost per worker"], 1)]
+            for s in sorted(data["summary"], key=lambda s: (s["condition"], s["bandwidth Mbit/s"], s["run"]))]
+    goal = [[f"{g['bandwidth Mbit/s']:g}", g["topology"], f"{g['diloco utilization']:.3f}",
+             f"{g['gossip k=0 utilization']:.3f}", f"{g['loss gap']:+.4f}", "yes" if g["met"] else "no"]
+            for g in data["goal"]]
+    seeds = sorted({seed for s in data["summary"] for seed in s["seeds"]})
+    return "\n\n".join([
+        source_line(file, data["meta"]) + f" Seeds {', '.join(map(str, seeds))}; mean ± 95% interval over seeds.",
+        table(["condition", "bandwidth Mbit/s", "run", "mean worker loss", "worst worker loss",
+               "oracle loss (average model)", "utilization", "reached target", "time to target (s)", "MB sent",
+               "inner steps lost per worker"], rows),
+        "The goal check per gossip topology (healthy network, means over seeds; loss gap = gossip k = 0's mean "
+        "worker loss less DiLoCo's, relative):",
+        table(["bandwidth Mbit/s", "topology", "diloco utilization", "gossip k=0 utilization", "loss gap", "met"], goal),
+    ])
+
+
+def render_fluxnet_study() -> str:
+    """Rollout error per problem and variant (fp32 / MXFP8 / MXFP4 weights), and the worst drift and bound
+    violation of each variant over problems and formats."""
+    data = load("fluxnet_study.json")
+    rows = data["rows"]
+    variants = list(dict.fromkeys((r["arch"], r["head"]) for r in rows if r["arch"] != "persistence"))
+    formats = list(dict.fromkeys(r["format"] for r in rows if r["arch"] != "persistence"))
+    by = {(r["pde"], r["arch"], r["head"], r["format"]): r for r in rows}
+    names = [f"{arch} {head}".strip() for arch, head in variants]
+    errors = [[pde, f"{by[pde, 'persistence', '', '']['rollout_rel_l2']:.3g}",
+               *(" / ".join(f"{by[pde, arch, head, fmt]['rollout_rel_l2']:.3g}" for fmt in formats)
+                 for arch, head in variants)]
+              for pde in dict.fromkeys(r["pde"] for r in rows)]
+    of = {v: [r for r in rows if (r["arch"], r["head"]) == v] for v in variants}
+    worst = [["largest mass drift", *(f"{max(r['mass_drift'] for r in of[v]):.2g}" for v in variants)],
+             ["largest share of values out of bounds",
+              *(f"{max(r['lower_violations'] + r['upper_violations'] for r in of[v]):.3g}" for v in variants)]]
+    return "\n\n".join([
+        source_line("fluxnet_study.json", data["meta"]) + f" Rollout relative L2, {' / '.join(formats)} weights; "
+        "persistence is the error of never moving:",
+        table(["problem", "persistence", *names], errors),
+        table(["", *names], worst),
+    ])
+
+
 # (results file, methods shown from it, label suffix): each run changes one thing against fl_rieselect.json.
 RIESELECT_ROWS = (("fl_rieselect.json", ("full", "random", "topk", "rieselect"), ""),
                   ("fl_rieselect_nocap.json", ("rieselect",), ", no cap (`--growth 1e9`)"),
@@ -724,9 +776,11 @@ RENDERERS = {
     "diloco": lambda: render_diloco("fl_diloco.json"),
     "diloco-compressed": lambda: render_diloco("fl_diloco_compressed.json"),
     "diloco-shared": lambda: render_diloco("fl_diloco_shared.json"),
+    "diloco-grid": lambda: render_diloco_grid("fl_diloco_grid.json"),
     "dnachunker": render_dnachunker,
     "fedrgl": render_fedrgl,
     "fluxnet-strides": render_fluxnet_strides,
+    "fluxnet-study": render_fluxnet_study,
     "fl-engine": render_fl_engine,
     "fuzzeval": render_fuzzeval,
     "gemv": render_gemv,
