@@ -124,8 +124,12 @@ def grid_summary(runs: list[dict]) -> list[dict]:
             "reached target": sum(t is not None for t in reach),
             "time to target (s)": stat(reach),
             "MB sent": stat([(r["summary"]["bytes"] or {}).get("total", 0) / 1e6 for r in group]),
+            # DiLoCo: updates past the deadline, whose inner steps are lost; gossip: neighbour payloads
+            # that were not there in time (their weight stays on the receiver's own parameters)
+            "updates missed": stat([r["summary"]["missing_updates"] for r in group]),
             "inner steps lost per worker": stat([r["summary"]["missing_updates"] * r["settings"]["inner-steps"]
-                                                 / r["settings"]["clients"] for r in group]),
+                                                 / r["settings"]["clients"] for r in group
+                                                 if r["settings"]["method"] == "diloco"]),
         })
     return rows
 
