@@ -607,11 +607,11 @@ def render_diloco_grid(file: str) -> str:
         table(["condition", "bandwidth Mbit/s", "run", "mean worker loss", "worst worker loss",
                "oracle loss (average model)", "utilization", "reached target", "time to target (s)", "MB sent",
                "updates missed", "inner steps lost per worker"], rows),
-        "Target: within 2% of the final loss DiLoCo reaches on the healthy network at the same bandwidth and seed. "
-        "Updates missed: DiLoCo's worker updates past the deadline (their inner steps are lost), gossip's neighbour "
-        "payloads not there in time (their weight stays on the receiver's own parameters).",
-        "The goal check per gossip topology (healthy network, means over seeds; loss gap = gossip k = 0's mean "
-        "worker loss less DiLoCo's, relative):",
+        ("Target: within 2% of the final loss DiLoCo reaches on the healthy network at the same bandwidth and seed. "
+         "Updates missed: DiLoCo's worker updates past the deadline (their inner steps are lost), gossip's neighbour "
+         "payloads not there in time (their weight stays on the receiver's own parameters)."),
+        ("The goal check per gossip topology (healthy network, means over seeds; loss gap = gossip k = 0's mean "
+         "worker loss less DiLoCo's, relative):"),
         table(["bandwidth Mbit/s", "topology", "diloco utilization", "gossip k=0 utilization", "loss gap", "met"], goal),
     ])
 
