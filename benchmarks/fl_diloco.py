@@ -245,7 +245,7 @@ def main():
     table, goal, summary = render_summary(runs), goal_check(runs), grid_summary(runs)
     print(markdown_table(table))
     print(markdown_table(goal))
-    atomic_write(args.output, json.dumps({"meta": provenance(0), "table": table, "goal": goal, "summary": summary,
+    atomic_write(args.output, json.dumps({"meta": provenance(0, threads=1), "table": table, "goal": goal, "summary": summary,
                                           "runs": runs}, indent=1) + "\n")
     loss_grid_plot(runs, args.output.with_suffix(".png"))
     for condition in CONDITIONS:

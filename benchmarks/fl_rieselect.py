@@ -109,7 +109,7 @@ def main():
                      "uplink MB": round(float(np.mean([r["uplink_bytes"] for r in mine])) / 1e6, 3),
                      "layers sent": round(float(np.mean([r["layer_fraction"] for r in mine])), 3)})
     print(markdown_table(rows))
-    atomic_write(args.output, json.dumps({"meta": provenance(0), "arguments": {**vars(args), "output": str(args.output)},
+    atomic_write(args.output, json.dumps({"meta": provenance(0, threads=1), "arguments": {**vars(args), "output": str(args.output)},
                                           "table": rows, "runs": runs}, indent=1) + "\n")
     print(f"wrote {args.output}")
 
