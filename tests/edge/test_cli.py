@@ -56,7 +56,7 @@ def test_qsnr_writes_json_and_plot(tmp_path):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["qsnr", "--format", "mxfp5"], "unknown format 'mxfp5'; allowed: mxfp8_e4m3"),
+        (["qsnr", "--format", "mxfp5"], "unknown format 'mxfp5'; allowed: fp32, fp16, bf16, mxfp8_e4m3"),
         (["qsnr", "--blocks", "32,x"], "'x' is not a block size"),
         (["qsnr", "--tensors", "cauchy"], "unknown ['cauchy']; allowed: gaussian"),
         (["qsnr", "--cols", "100"], "must be a multiple of 32"),

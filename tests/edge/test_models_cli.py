@@ -63,7 +63,7 @@ def test_train_then_eval_reuses_the_cache(tmp_path):
     (["train", "lm", "--config", "width=100"], "multiple of 64"),
     (["train", "lm", "--config", "lr=0"], "config key 'lr' of LMConfig must be a number > 0, got 0.0"),
     (["train", "fluxnet", "--config", "arch=mlp"], "config key 'arch' of FluxNetConfig must be one of fluxnet, cnn"),
-    (["eval", "digits", "--format", "fp5"], "unknown format 'fp5'; allowed: mxfp8_e4m3"),
+    (["eval", "digits", "--format", "fp5"], "unknown format 'fp5'; allowed: fp32, fp16, bf16, mxfp8_e4m3"),
 ])
 def test_bad_input_is_named_before_any_work(tmp_path, args, message):
     result = run(*args, "--cache-dir", tmp_path / "cache")
