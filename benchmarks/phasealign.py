@@ -52,6 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     require_clean_tree(args.allow_dirty)
     torch.set_num_threads(1)
+    made_with = provenance(seed=args.seeds[0], threads=1)  # at the start: the code the run began with
     overrides = registry.parse_config_items(args.config)
     runs = []
     for seed in args.seeds:
@@ -64,7 +65,8 @@ def main() -> None:
                                            for m in phasealign.METHODS), flush=True)
         runs.append(result)
     summary = {k: interval([r[k] for r in runs]) for k in runs[0] if k != "seed"}
-    result = {"provenance": provenance(seed=args.seeds[0], threads=1), "command": " ".join(sys.argv),
+    made_with["load_average_after"] = provenance()["cpu"]["load_average"]
+    result = {"provenance": made_with, "command": " ".join(sys.argv),
               "seeds": args.seeds, "config": dataclasses.asdict(config), "methods": phasealign.METHODS,
               "summary": summary, "runs": runs}
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -39,6 +39,7 @@ TINY = {
                        "seq_len=32", "batch=4", "warmup=2", "max_train_bytes=200000", "eval_windows=8",
                        "schemes=bf16,mxint8"],
     "nemo.py": ["--seeds", "0", "--per-family", "1", "--candidates", "1", "--max-rounds", "1"],
+    "phasealign.py": ["--seeds", "0", "--config", "clip_steps=20", "val_scenes=4", "test_scenes=4", "thresholds=2"],
 }
 # scripts whose smallest setting still trains for minutes, or that need what CI lacks
 NOT_YET = {
@@ -52,7 +53,6 @@ NOT_YET = {
     "fluxnet_study.py": "no tiny setting yet (trains every variant on every PDE)",
     "gpu_check.py": "needs a CUDA device to run its builds",
     "ossd.py": "trains a tiny CLIP and five detectors per seed",
-    "phasealign.py": "no tiny setting yet",
     "sudoku_infogain.py": "no tiny setting yet",
     "usable_information.py": "one seed takes about 2 minutes",
     "user_models.py": "no tiny setting yet (compiles six models)",
