@@ -21,6 +21,8 @@ TINY = {
     "bench_codecs.py": ["--log2n", "13", "--repeats", "1", "--skip-memory", "--isas", "native"],
     "bench_gemv.py": ["--n", "256", "--k", "256", "--rounds", "7", "--sample-ms", "1", "--skip-model",
                       "--liftquant", "16to8"],
+    "cgmmd.py": ["--seeds", "0", "--tasks", "bimodal", "denoise", "--lrs", "1e-3", "--config", "steps=5", "hidden=32",
+                 "anchors=4", "neighbours=2", "train_size=100", "eval_points=5", "eval_samples=10"],
     "comparison_oracle.py": ["--seeds", "0", "--trials", "5"],
     "directedit.py": ["--seeds", "0", "--config", "steps=20", "width=32", "layers=1", "heads=2", "eval_scenes=4",
                       "edit_steps=3", "null_iterations=2"],
@@ -45,7 +47,6 @@ TINY = {
 NOT_YET = {
     "bench_fl_engine.py": "no tiny setting yet (Flower federations of the LM and 100 digits clients)",
     "bench_meanflow_policy.py": "no tiny setting yet (trains policies on three Meta-World tasks)",
-    "cgmmd.py": "no tiny setting yet",
     "dcla.py": "one seed takes about 2 minutes",
     "dnachunker.py": "no tiny setting yet",
     "fl_fedrgl.py": "no tiny setting yet",
