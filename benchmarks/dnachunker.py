@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -100,12 +101,14 @@ def main() -> None:
     args = parser.parse_args()
     require_clean_tree(args.allow_dirty)
     torch.set_num_threads(1)
+    made_with = provenance(seed=args.seeds[0], threads=1)  # at the start: the code the run began with
     overrides = registry.parse_config_items(args.config)
     rows = [run_variant(v, args.seeds, args.lrs, overrides, print) for v in args.variants]
     base = dataclasses.asdict(registry.make_config("dnachunker", overrides))
     for key in ("chunking", "encoder", "lr", "seed"):
         base.pop(key)
-    result = {"provenance": provenance(seed=args.seeds[0], threads=1), "seeds": args.seeds, "lrs": args.lrs,
+    made_with["load_average_after"] = provenance()["cpu"]["load_average"]
+    result = {"provenance": made_with, "command": " ".join(sys.argv), "seeds": args.seeds, "lrs": args.lrs,
               "config": base, "rows": rows}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
