@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -112,6 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     require_clean_tree(args.allow_dirty)
     torch.set_num_threads(1)
+    made_with = provenance(seed=args.seeds[0], threads=1)  # at the start: the code the run began with
     overrides = registry.parse_config_items(args.config)
     configs = [registry.make_config("sudoku_mdm", {**overrides, "seed": s}) for s in args.seeds]
     runs = [run_seed(c, args.rounds, args.temperatures, args.val_puzzles, print) for c in configs]
@@ -119,7 +121,8 @@ def main() -> None:
     summary = summarise(rows, args.rounds)
     config = dataclasses.asdict(configs[0])
     config.pop("seed")
-    result = {"provenance": provenance(seed=args.seeds[0], threads=1), "seeds": args.seeds, "config": config,
+    made_with["load_average_after"] = provenance()["cpu"]["load_average"]
+    result = {"provenance": made_with, "command": " ".join(sys.argv), "seeds": args.seeds, "config": config,
               "rounds": args.rounds, "temperatures": args.temperatures, "val_puzzles": args.val_puzzles,
               "test_puzzles": configs[0].eval_puzzles,
               "runs": [{k: v for k, v in run.items() if k != "rows"} for run in runs], "summary": summary, "rows": rows}

@@ -44,6 +44,9 @@ TINY = {
                        "schemes=bf16,mxint8"],
     "nemo.py": ["--seeds", "0", "--per-family", "1", "--candidates", "1", "--max-rounds", "1"],
     "phasealign.py": ["--seeds", "0", "--config", "clip_steps=20", "val_scenes=4", "test_scenes=4", "thresholds=2"],
+    "sudoku_infogain.py": ["--seeds", "0", "--rounds", "2", "--temperatures", "1.0", "--val-puzzles", "4", "--config",
+                           "width=32", "layers=1", "heads=1", "mlp=32", "steps=5", "batch=8", "warmup=1",
+                           "eval_puzzles=4", "candidates=2"],
 }
 # scripts whose smallest setting still trains for minutes, or that need what CI lacks
 NOT_YET = {
@@ -55,7 +58,6 @@ NOT_YET = {
     "fluxnet_study.py": "no tiny setting yet (trains every variant on every PDE)",
     "gpu_check.py": "needs a CUDA device to run its builds",
     "ossd.py": "trains a tiny CLIP and five detectors per seed",
-    "sudoku_infogain.py": "no tiny setting yet",
     "usable_information.py": "one seed takes about 2 minutes",
     "user_models.py": "no tiny setting yet (compiles six models)",
 }
