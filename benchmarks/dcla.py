@@ -1,6 +1,6 @@
 """DC-LA against MYULA on r1 and sub-gradient Langevin, same step budget (run by hand).
 
-    python benchmarks/dcla.py [--seeds 0,1,2,3,4] [-o benchmarks/results/dcla.json]
+    python benchmarks/dcla.py [--seeds 0,1,2,3,4] [--n-steps N] [--chains N] [-o benchmarks/results/dcla.json]
 
 For each prior (l1 - 0.8*l2, capped l1) and target:
 
@@ -63,8 +63,9 @@ def problem(target: str, penalty: str, seed: int):
     return posterior, score
 
 
-def run(target: str, penalty: str, posterior, score, method: str, step: float, smoothing: float, seed: int) -> dict:
-    samples, seconds = dcla.sample(method, posterior, step=step, smoothing=smoothing, seed=seed, **BUDGET[target])
+def run(target: str, penalty: str, posterior, score, method: str, step: float, smoothing: float, seed: int,
+        budget: dict) -> dict:
+    samples, seconds = dcla.sample(method, posterior, step=step, smoothing=smoothing, seed=seed, **budget[target])
     return {"target": target, "penalty": penalty, "method": method, "step": step, "smoothing": smoothing,
             "seed": seed, "seconds": seconds, **score(samples, seconds)}
 
@@ -77,12 +78,23 @@ def settings(target: str, method: str):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--seeds", default="0,1,2,3,4", help="at least 2: the summary's intervals are over seeds")
+    parser.add_argument("--n-steps", type=int, help="Langevin steps of every chain (default: "
+                        + ", ".join(f"{t} {b['n_steps']}" for t, b in BUDGET.items()) + ")")
+    parser.add_argument("--chains", type=int, help="chains of every run (default: "
+                        + ", ".join(f"{t} {b['chains']}" for t, b in BUDGET.items()) + ")")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/dcla.json"))
     parser.add_argument("--allow-dirty", action="store_true")
     args = parser.parse_args()
-    require_clean_tree(args.allow_dirty)
     seeds = [int(s) for s in args.seeds.split(",")]
+    if len(seeds) < 2:
+        parser.error(f"--seeds needs at least 2 seeds for the intervals, got {args.seeds}")
+    for name in ("n_steps", "chains"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    budget = {t: {"n_steps": args.n_steps or b["n_steps"], "chains": args.chains or b["chains"]}
+              for t, b in BUDGET.items()}
+    require_clean_tree(args.allow_dirty)
     made_with = provenance(seeds[0], threads=1)  # at the start: the code the run began with
     validation, test, chosen = [], [], {}
     for target, penalty in itertools.product(GRIDS, dcla.PRIORS):
@@ -91,7 +103,7 @@ def main():
         for method in dcla.METHODS:
             best = None
             for step, smoothing in settings(target, method):
-                rows = [run(target, penalty, p, sc, method, step, smoothing, 0) for p, sc in problems]
+                rows = [run(target, penalty, p, sc, method, step, smoothing, 0, budget) for p, sc in problems]
                 validation += rows
                 value = float(np.mean([r[key] for r in rows]))
                 if best is None or value < best[0]:
@@ -102,13 +114,14 @@ def main():
             posterior, score = problem(target, penalty, seed)
             for method in dcla.METHODS:
                 c = chosen[f"{target}/{penalty}/{method}"]
-                test.append(run(target, penalty, posterior, score, method, c["step"], c["smoothing"], seed))
+                test.append(run(target, penalty, posterior, score, method, c["step"], c["smoothing"], seed, budget))
     summary = summarize(test)
     for row in summary:
         print(row)
     args.output.parent.mkdir(parents=True, exist_ok=True)
+    made_with["load_average_after"] = provenance()["cpu"]["load_average"]
     args.output.write_text(json.dumps({"meta": {**made_with, "seeds": seeds, "grids": GRIDS,
-                                                "budget": BUDGET, "validation_seeds": VALIDATION_SEEDS},
+                                                "budget": budget, "validation_seeds": VALIDATION_SEEDS},
                                        "chosen": chosen, "summary": summary, "test": test,
                                        "validation": validation}, indent=1) + "\n")
     plot(validation, summary, args.output.with_suffix(".png"))

@@ -24,6 +24,7 @@ TINY = {
     "cgmmd.py": ["--seeds", "0", "--tasks", "bimodal", "denoise", "--lrs", "1e-3", "--config", "steps=5", "hidden=32",
                  "anchors=4", "neighbours=2", "train_size=100", "eval_points=5", "eval_samples=10"],
     "comparison_oracle.py": ["--seeds", "0", "--trials", "5"],
+    "dcla.py": ["--seeds", "0,1", "--n-steps", "40", "--chains", "4"],
     "directedit.py": ["--seeds", "0", "--config", "steps=20", "width=32", "layers=1", "heads=2", "eval_scenes=4",
                       "edit_steps=3", "null_iterations=2"],
     "dnachunker.py": ["--seeds", "0", "--lrs", "1e-3", "--config", "length=32", "width=32", "heads=1", "main_layers=1",
@@ -52,7 +53,6 @@ TINY = {
 NOT_YET = {
     "bench_fl_engine.py": "no tiny setting yet (Flower federations of the LM and 100 digits clients)",
     "bench_meanflow_policy.py": "no tiny setting yet (trains policies on three Meta-World tasks)",
-    "dcla.py": "one seed takes about 2 minutes",
     "fl_fedrgl.py": "no tiny setting yet",
     "fl_rieselect.py": "no tiny setting yet",
     "fluxnet_study.py": "no tiny setting yet (trains every variant on every PDE)",
