@@ -95,9 +95,9 @@ def fit_mlp(x: np.ndarray, target: np.ndarray, classes: int | None, seed: int, h
     return predict
 
 
-def _fit_regression(family: str, a_train: np.ndarray, b_train: np.ndarray, seed: int):
+def _fit_regression(family: str, a_train: np.ndarray, b_train: np.ndarray, seed: int, mlp_steps: int):
     if family == "mlp":
-        return fit_mlp(a_train, b_train, None, seed)
+        return fit_mlp(a_train, b_train, None, seed, max_steps=mlp_steps)
     from sklearn.linear_model import RidgeCV
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -106,10 +106,10 @@ def _fit_regression(family: str, a_train: np.ndarray, b_train: np.ndarray, seed:
     return lambda z: model.predict(z).reshape(len(z), -1)
 
 
-def _fit_classifier(family: str, a_train: np.ndarray, y_train: np.ndarray, seed: int):
+def _fit_classifier(family: str, a_train: np.ndarray, y_train: np.ndarray, seed: int, mlp_steps: int):
     """predict_proba over the classes 0..max(y_train)."""
     if family == "mlp":
-        return fit_mlp(a_train, y_train, int(y_train.max()) + 1, seed)
+        return fit_mlp(a_train, y_train, int(y_train.max()) + 1, seed, max_steps=mlp_steps)
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
@@ -125,12 +125,14 @@ def _fit_classifier(family: str, a_train: np.ndarray, y_train: np.ndarray, seed:
     return predict
 
 
-def usable_information(a_train, b_train, a_test, b_test, family: str = "linear", seed: int = 0) -> float:
+def usable_information(a_train, b_train, a_test, b_test, family: str = "linear", seed: int = 0,
+                       mlp_steps: int = 600) -> float:
     """I_V(A -> B) in nats per coordinate of B: mean_j 1/2 log(Var_j / MSE_j) on the test rows,
     a predictor of B from A in ``family`` fitted on the train rows (floored at 0: V holds the
     constant predictor; capped at 1/2 log(1/RESOLUTION) = 6.9 nats, a coordinate predicted to
     within RESOLUTION of its variance counting as fully known). Coordinates of B that are
-    constant carry no information and are left out."""
+    constant carry no information and are left out. ``mlp_steps``: the MLP family's most
+    training steps (``fit_mlp``'s ``max_steps``)."""
     _check_family(family)
     a_train, b_train = check_pair(a_train, b_train, ("a_train", "b_train"))
     a_test, b_test = check_pair(a_test, b_test, ("a_test", "b_test"))
@@ -142,15 +144,16 @@ def usable_information(a_train, b_train, a_test, b_test, family: str = "linear",
         return 0.0
     b_train, b_test = b_train[:, keep], b_test[:, keep]
     mean, scale = b_train.mean(0), b_train.std(0)
-    pred = _fit_regression(family, a_train, (b_train - mean) / scale, seed)(a_test) * scale + mean
+    pred = _fit_regression(family, a_train, (b_train - mean) / scale, seed, mlp_steps)(a_test) * scale + mean
     variance = np.maximum(((b_test - mean) ** 2).mean(0), 1e-12)  # the constant predictor's error
     mse = np.maximum(((b_test - pred) ** 2).mean(0), RESOLUTION * variance)
     return float(np.maximum(0.5 * np.log(variance / mse), 0.0).mean())
 
 
 def label_usable_information(a_train, y_train, a_test, y_test, family: str = "linear", seed: int = 0,
-                             groups: np.ndarray | None = None) -> dict:
-    """I_V(A -> labels) = H(labels) - held-out cross-entropy (nats), the predictor fitted on train rows.
+                             groups: np.ndarray | None = None, mlp_steps: int = 600) -> dict:
+    """I_V(A -> labels) = H(labels) - held-out cross-entropy (nats), the predictor fitted on train rows
+    (``mlp_steps``: as in ``usable_information``).
 
     ``groups`` (label -> coarse label) also scores the coarse task with the fine predictor's
     probabilities summed over each group: a member of the coarse family whose loss is at most
@@ -163,7 +166,7 @@ def label_usable_information(a_train, y_train, a_test, y_test, family: str = "li
     y_train, y_test = np.asarray(y_train, dtype=np.int64), np.asarray(y_test, dtype=np.int64)
     if y_train.min() < 0:
         raise ValueError("labels must be class indices 0, 1, ...")
-    prob = _fit_classifier(family, a_train, y_train, seed)(a_test)
+    prob = _fit_classifier(family, a_train, y_train, seed, mlp_steps)(a_test)
     p_true = np.where(y_test < prob.shape[1], prob[np.arange(len(y_test)), np.minimum(y_test, prob.shape[1] - 1)], 0.0)
     out = {"entropy": _entropy(y_train, y_test), "conditional_entropy": float(-np.log(np.maximum(p_true, 1e-12)).mean())}
     out["information"] = max(out["entropy"] - out["conditional_entropy"], 0.0)

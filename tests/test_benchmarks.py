@@ -48,6 +48,8 @@ TINY = {
     "sudoku_infogain.py": ["--seeds", "0", "--rounds", "2", "--temperatures", "1.0", "--val-puzzles", "4", "--config",
                            "width=32", "layers=1", "heads=1", "mlp=32", "steps=5", "batch=8", "warmup=1",
                            "eval_puzzles=4", "candidates=2"],
+    "usable_information.py": ["--seeds", "0", "--widths", "16,32", "--config", "steps=20",
+                              'formats=["mxint8","mxfp4"]', "--stitch-steps", "5", "--mlp-steps", "5"],
 }
 # scripts whose smallest setting still trains for minutes, or that need what CI lacks
 NOT_YET = {
@@ -58,7 +60,6 @@ NOT_YET = {
     "fluxnet_study.py": "no tiny setting yet (trains every variant on every PDE)",
     "gpu_check.py": "needs a CUDA device to run its builds",
     "ossd.py": "trains a tiny CLIP and five detectors per seed",
-    "usable_information.py": "one seed takes about 2 minutes",
     "user_models.py": "no tiny setting yet (compiles six models)",
 }
 # a shared module; the docs renderer (tests/test_docs.py); the codebook trainer, which writes package data
