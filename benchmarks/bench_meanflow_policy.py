@@ -1,8 +1,10 @@
 """One-step MeanFlow Policy on Meta-World: training memory, the method table, compiled latency (run by hand).
 
     python benchmarks/bench_meanflow_policy.py [--tasks reach-v3 push-v3 drawer-open-v3]
-        [--memory-batch 8192] [--memory-steps 5] [--rounds 20] [--threads 2]
-        [-o benchmarks/results/meanflow_policy.json]
+        [--memory-batch 8192] [--memory-steps 5] [--rounds 20] [--threads 2] [--formats fp32 mxint8 mxfp4]
+        [--config KEY=VALUE ...] [-o benchmarks/results/meanflow_policy.json]
+
+``--config`` overrides the policy config (MeanFlowPolicyConfig) of all three parts.
 
 Part 1, training memory and step time of the two ways to get du/dt at the same batch and
 network (the default config's MLP): ``meanflow`` (``torch.func.jvp``; backward runs through
@@ -28,6 +30,7 @@ ONNX export, and torch eager, on the same input, interleaved rounds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -39,6 +42,7 @@ from pathlib import Path
 from edgekit.models.meanflow_policy import METHODS, MeanFlowPolicyConfig
 
 FORMATS = ("fp32", "mxint8", "mxfp4")
+MEMORY_METHODS = ("meanflow", "omp", "flow_matching")  # the first, the JVP, is what the others are compared with
 MIB = 1024 * 1024
 
 
@@ -47,8 +51,8 @@ def process_memory(key: str) -> int:
     return 1024 * int(re.search(rf"^{key}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE).group(1))
 
 
-def memory_worker(method: str, batch: int, steps: int, threads: int) -> dict:
-    """Train ``steps`` steps of ``method`` in this (fresh) process; its memory and time figures."""
+def memory_worker(base: MeanFlowPolicyConfig, method: str, batch: int, steps: int, threads: int) -> dict:
+    """Train ``steps`` steps of ``method`` (``base`` otherwise) in this (fresh) process; its memory and time figures."""
     import numpy as np
     import torch
 
@@ -56,7 +60,7 @@ def memory_worker(method: str, batch: int, steps: int, threads: int) -> dict:
     from edgekit.models.training import step_rng
 
     torch.set_num_threads(threads)
-    config = MeanFlowPolicyConfig(method=method, batch=batch)
+    config = dataclasses.replace(base, method=method, batch=batch)
     torch.manual_seed(config.seed)
     model = meanflow_policy.build(config)
     spec = meanflow_policy.train_spec(config)
@@ -85,11 +89,12 @@ def memory_worker(method: str, batch: int, steps: int, threads: int) -> dict:
             "step_ms": 1e3 * float(np.mean(times[1:] if steps > 1 else times))}
 
 
-def memory_table(batch: int, steps: int, threads: int) -> list[dict]:
+def memory_table(base: MeanFlowPolicyConfig, methods: list[str], batch: int, steps: int, threads: int) -> list[dict]:
     rows = []
-    for method in ("meanflow", "omp", "flow_matching"):
+    for method in methods:
         command = [sys.executable, __file__, "--memory-worker", method, "--memory-batch", str(batch),
-                   "--memory-steps", str(steps), "--threads", str(threads)]
+                   "--memory-steps", str(steps), "--threads", str(threads),
+                   "--memory-config", json.dumps(dataclasses.asdict(base))]
         result = subprocess.run(command, capture_output=True, text=True, check=True)
         rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
         print(f"memory {method}: {rows[-1]}", flush=True)
@@ -100,14 +105,14 @@ def memory_table(batch: int, steps: int, threads: int) -> list[dict]:
     return rows
 
 
-def method_table(tasks: list[str]) -> list[dict]:
+def method_table(base: MeanFlowPolicyConfig, tasks: list[str]) -> list[dict]:
     from edgekit.models.meanflow_policy import evaluate
     from edgekit.models.registry import train
 
     rows = []
     for task in tasks:
         for method in METHODS:
-            config = MeanFlowPolicyConfig(task=task, method=method)
+            config = dataclasses.replace(base, task=task, method=method)
             trained = train("meanflow_policy", config, progress=True, log=print)
             start = time.perf_counter()
             result = evaluate(trained.model, config)
@@ -126,13 +131,14 @@ def method_table(tasks: list[str]) -> list[dict]:
     return rows
 
 
-def latency_table(task: str, rounds: int, threads: int) -> tuple[list[dict], list[dict]]:
+def latency_table(base: MeanFlowPolicyConfig, task: str, formats: list[str], rounds: int,
+                  threads: int) -> tuple[list[dict], list[dict]]:
     from edgekit.jobs.bench import bench_model
     from edgekit.models.registry import train
 
-    trained = train("meanflow_policy", MeanFlowPolicyConfig(task=task, method="omp"), progress=True, log=print)
+    trained = train("meanflow_policy", dataclasses.replace(base, task=task, method="omp"), progress=True, log=print)
     rows, setups = [], []
-    for fmt in FORMATS:
+    for fmt in formats:
         result = bench_model(str(trained.checkpoint), fmt, "host", repeat=rounds, threads=threads)
         for row in result["results"]:
             row["run"] = f"{fmt} plan"  # each plan is one interleaved bench run with its own float references
@@ -150,12 +156,35 @@ def main():
     parser.add_argument("--memory-steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=20, help="latency rounds per format")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--memory-methods", nargs="+", choices=MEMORY_METHODS, default=list(MEMORY_METHODS),
+                        help="methods of the memory table, meanflow (the JVP, the ratios' reference) among them")
+    parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS), help="latency weight formats")
+    parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="meanflow_policy config overrides (not task or method: the tables set them)")
+    parser.add_argument("--allow-dirty", action="store_true")
     parser.add_argument("--memory-worker", choices=METHODS, help=argparse.SUPPRESS)
+    parser.add_argument("--memory-config", help=argparse.SUPPRESS)  # the worker's config, as JSON
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/meanflow_policy.json"))
     args = parser.parse_args()
-    if args.memory_worker:
-        print(json.dumps(memory_worker(args.memory_worker, args.memory_batch, args.memory_steps, args.threads)))
+    if args.memory_worker:  # the config comes parsed, so the worker imports no more than it measures with
+        base = MeanFlowPolicyConfig(**json.loads(args.memory_config))
+        print(json.dumps(memory_worker(base, args.memory_worker, args.memory_batch, args.memory_steps, args.threads)))
         return
+
+    from edgekit.models import registry
+    from edgekit.utils.provenance import provenance, require_clean_tree
+
+    try:
+        overrides = registry.parse_config_items(args.config)
+        fixed = sorted({"task", "method"} & set(overrides))
+        if fixed:
+            raise ValueError(f"{', '.join(fixed)} is set by the tables (--tasks, and every method in turn)")
+        config = registry.make_config("meanflow_policy", overrides)
+    except ValueError as error:
+        parser.error(f"--config: {error}")
+    if MEMORY_METHODS[0] not in args.memory_methods:
+        parser.error(f"--memory-methods must include {MEMORY_METHODS[0]} (the JVP, the reference of the ratios)")
+    require_clean_tree(args.allow_dirty)
 
     from edgekit.jobs.bench import configure_tvm_threads
 
@@ -163,15 +192,15 @@ def main():
     import torch
 
     from edgekit.utils.output import atomic_write, json_safe, markdown_table
-    from edgekit.utils.provenance import provenance
 
     torch.set_num_threads(args.threads)
-    memory = memory_table(args.memory_batch, args.memory_steps, args.threads)
-    methods = method_table(args.tasks)
-    latency, latency_setup = latency_table(args.tasks[0], args.rounds, args.threads)
-    config = MeanFlowPolicyConfig()
+    made_with = provenance(config.seed, threads=args.threads)  # at the start: the code the run began with
+    memory = memory_table(config, [m for m in MEMORY_METHODS if m in args.memory_methods], args.memory_batch,
+                          args.memory_steps, args.threads)
+    methods = method_table(config, args.tasks)
+    latency, latency_setup = latency_table(config, args.tasks[0], args.formats, args.rounds, args.threads)
     text = "\n\n".join([
-        (f"### Methods on Meta-World (default config: horizon {config.horizon}, execute {config.execute}, "
+        (f"### Methods on Meta-World (config: horizon {config.horizon}, execute {config.execute}, "
          f"MLP {config.depth}x{config.width}, {config.train_episodes} training demonstrations, {config.steps} steps, "
          f"{config.eval_episodes} held-out seeds)"),
         markdown_table(methods, ["task", "method", "NFE", "success rate", "action MSE", "mean episode steps",
@@ -185,8 +214,8 @@ def main():
                                  "x onnxruntime fp32", "max |diff|"]),
     ])
     print(text)
-    meta = {**provenance(config.seed), "command": " ".join(["python", *sys.argv]), "threads": args.threads,
-            "logical_cpus": os.cpu_count(), "default_config": config.__dict__,
+    meta = {**made_with, "command": " ".join(["python", *sys.argv]), "load_average_after":
+            provenance()["cpu"]["load_average"], "logical_cpus": os.cpu_count(), "config": config.__dict__,
             "memory_measure": "peak RSS (VmHWM, reset before training) minus RSS before training, fresh process per variant; "
                               "bytes autograd saved for backward per step via saved_tensors_hooks",
             "latency_setup": latency_setup}

@@ -21,6 +21,10 @@ TINY = {
     "bench_codecs.py": ["--log2n", "13", "--repeats", "1", "--skip-memory", "--isas", "native"],
     "bench_gemv.py": ["--n", "256", "--k", "256", "--rounds", "7", "--sample-ms", "1", "--skip-model",
                       "--liftquant", "16to8"],
+    "bench_meanflow_policy.py": ["--tasks", "reach-v3", "--memory-methods", "meanflow", "omp", "--memory-batch", "8",
+                                 "--memory-steps", "1", "--rounds", "1", "--threads", "1", "--formats", "mxint8",
+                                 "--config", "width=64", "depth=1", "train_episodes=1", "eval_episodes=1", "steps=2",
+                                 "batch=8", "max_episode_steps=10"],
     "cgmmd.py": ["--seeds", "0", "--tasks", "bimodal", "denoise", "--lrs", "1e-3", "--config", "steps=5", "hidden=32",
                  "anchors=4", "neighbours=2", "train_size=100", "eval_points=5", "eval_samples=10"],
     "comparison_oracle.py": ["--seeds", "0", "--trials", "5"],
@@ -54,7 +58,6 @@ TINY = {
 # scripts whose smallest setting still trains for minutes, or that need what CI lacks
 NOT_YET = {
     "bench_fl_engine.py": "no tiny setting yet (Flower federations of the LM and 100 digits clients)",
-    "bench_meanflow_policy.py": "no tiny setting yet (trains policies on three Meta-World tasks)",
     "fl_fedrgl.py": "no tiny setting yet",
     "fl_rieselect.py": "no tiny setting yet",
     "fluxnet_study.py": "no tiny setting yet (trains every variant on every PDE)",
