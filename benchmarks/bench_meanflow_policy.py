@@ -2,7 +2,8 @@
 
     python benchmarks/bench_meanflow_policy.py [--tasks reach-v3 push-v3 drawer-open-v3]
         [--memory-batch 8192] [--memory-steps 5] [--rounds 20] [--threads 2] [--formats fp32 mxint8 mxfp4]
-        [--config KEY=VALUE ...] [-o benchmarks/results/meanflow_policy.json]
+        [--memory-methods meanflow omp flow_matching] [--config KEY=VALUE ...]
+        [-o benchmarks/results/meanflow_policy.json]
 
 ``--config`` overrides the policy config (MeanFlowPolicyConfig) of all three parts.
 
