@@ -44,6 +44,7 @@ TINY = {
     "nemo.py": ["--seeds", "0", "--per-family", "1", "--candidates", "1", "--max-rounds", "1"],
     "ossd.py": ["--seeds", "0", "--jobs", "1", "--config", "clip_steps=20", "width=8", "steps=2", "batch=2",
                 "val_scenes=2", "test_scenes=2"],
+    "user_models.py": ["--models", "linear", "--formats", "mxfp4", "--rounds", "1", "--threads", "1"],
 }
 # scripts whose smallest setting still trains for minutes, or that need what CI lacks
 NOT_YET = {
@@ -57,7 +58,6 @@ NOT_YET = {
     "phasealign.py": "no tiny setting yet",
     "sudoku_infogain.py": "no tiny setting yet",
     "usable_information.py": "one seed takes about 2 minutes",
-    "user_models.py": "no tiny setting yet (compiles six models)",
 }
 # a shared module; the docs renderer (tests/test_docs.py); the codebook trainer, which writes package data
 # (its training is tested in tests/simulators/test_liftquant_codebooks.py)
