@@ -19,6 +19,7 @@ BENCHMARKS = ROOT / "benchmarks"
 # script -> arguments that make it small (every run adds --allow-dirty and -o)
 TINY = {
     "bench_codecs.py": ["--log2n", "13", "--repeats", "1", "--skip-memory", "--isas", "native"],
+    "bench_fl_engine.py": ["--lm-rounds", "1", "--lm-inner-steps", "2", "--clients", "4", "--rounds", "2"],
     "bench_gemv.py": ["--n", "256", "--k", "256", "--rounds", "7", "--sample-ms", "1", "--skip-model",
                       "--liftquant", "16to8"],
     "comparison_oracle.py": ["--seeds", "0", "--trials", "5"],
@@ -51,7 +52,6 @@ TINY = {
 }
 # scripts whose smallest setting still trains for minutes, or that need what CI lacks
 NOT_YET = {
-    "bench_fl_engine.py": "no tiny setting yet (Flower federations of the LM and 100 digits clients)",
     "bench_meanflow_policy.py": "no tiny setting yet (trains policies on three Meta-World tasks)",
     "cgmmd.py": "no tiny setting yet",
     "dcla.py": "one seed takes about 2 minutes",
