@@ -1,16 +1,16 @@
 """The in-process federated engine's own cost, and a 100-client run (run by hand, with nice).
 
-    python benchmarks/bench_fl_engine.py [--lm-rounds 4] [--clients 100] [--rounds 100]
-                                         [-o benchmarks/results/fl_engine.json]
+    python benchmarks/bench_fl_engine.py [--lm-rounds 4] [--lm-inner-steps 20] [--clients 100]
+                                         [--rounds 100] [-o benchmarks/results/fl_engine.json] [--allow-dirty]
 
 Part 1, overhead: DiLoCo and gossip DiLoCo (k=1, ring) with 8 clients of the byte-level LM
-(``edgekit.jobs.fl``'s workload) on the in-process engine. Every second of the run is put in
-one bucket: training compute (inside the workers' inner steps: forward, backward, AdamW),
-evaluation (the central validation of the model), and everything else, the overhead, which
-is split into the engine proper (the in-process grid's serialization and delivery, the
-network grid's sizing, link model and clock) and the rest (client-side conversion of
-records to models and back, optimizer state kept in the context, the strategy's checks and
-aggregation). The goal: overhead under 5% of training compute.
+(``edgekit.jobs.fl``'s workload, ``--lm-inner-steps`` a round) on the in-process engine. Every
+second of the run is put in one bucket: training compute (inside the workers' inner steps:
+forward, backward, AdamW), evaluation (the central validation of the model), and everything
+else, the overhead, which is split into the engine proper (the in-process grid's serialization
+and delivery, the network grid's sizing, link model and clock) and the rest (client-side
+conversion of records to models and back, optimizer state kept in the context, the strategy's
+checks and aggregation). The goal: overhead under 5% of training compute.
 
 Part 2, scale: ``--clients`` clients of the digits MLP (hidden width 64, the scikit-learn
 digits split across clients) run ``--rounds`` rounds of DiLoCo and of gossip DiLoCo (k=1) on
@@ -35,7 +35,7 @@ from edgekit.jobs.fl import workload_for
 from edgekit.models import digits
 from edgekit.utils.files import atomic_write
 from edgekit.utils.output import markdown_table
-from edgekit.utils.provenance import provenance
+from edgekit.utils.provenance import provenance, require_clean_tree
 
 
 class TrainingClock:
@@ -53,10 +53,10 @@ class TrainingClock:
             self.seconds += time.perf_counter() - began
 
 
-def overhead(method: str, rounds: int, mixing_steps: int) -> dict:
+def overhead(method: str, rounds: int, inner_steps: int, mixing_steps: int) -> dict:
     clock = TrainingClock()
     diloco_module.inner_steps = clock  # the workers of both methods train through diloco.train_inner
-    base = workload_for(RunSettings(clients=8, rounds=rounds, inner_steps=20))
+    base = workload_for(RunSettings(clients=8, rounds=rounds, inner_steps=inner_steps))
     evaluation = {"seconds": 0.0}
 
     def timed_evaluate(model):
@@ -68,7 +68,8 @@ def overhead(method: str, rounds: int, mixing_steps: int) -> dict:
 
     workload = Workload(base.build_model, base.optimizer, base.batch_loss, timed_evaluate, base.flops_per_step,
                         base.num_partitions, base.lr, base.grad_clip, base.seed)
-    settings = RunSettings(method=method, clients=8, rounds=rounds, inner_steps=20, mixing_steps=mixing_steps)
+    settings = RunSettings(method=method, clients=8, rounds=rounds, inner_steps=inner_steps,
+                           mixing_steps=mixing_steps)
     try:
         began = time.perf_counter()
         result, grid = run_in_process(settings, lambda _: workload)
@@ -129,17 +130,23 @@ def scale(method: str, clients: int, rounds: int, mixing_steps: int) -> dict:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lm-rounds", type=int, default=4)
+    parser.add_argument("--lm-inner-steps", type=int, default=20, help="each LM client's inner steps a round")
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_engine.json"))
+    parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
     args = parser.parse_args()
+    require_clean_tree(args.allow_dirty)
     torch.set_num_threads(1)
+    meta = provenance(0, threads=1)  # at the start: the code and load the run began with
     os.environ.setdefault("EDGEKIT_CACHE_DIR", "/tmp/fl-cache")
-    rows_overhead = [overhead("diloco", args.lm_rounds, 0), overhead("gossip", args.lm_rounds, 1)]
+    rows_overhead = [overhead("diloco", args.lm_rounds, args.lm_inner_steps, 0),
+                     overhead("gossip", args.lm_rounds, args.lm_inner_steps, 1)]
     print(markdown_table(rows_overhead), flush=True)
     rows_scale = [scale("diloco", args.clients, args.rounds, 0), scale("gossip", args.clients, args.rounds, 1)]
     print(markdown_table(rows_scale), flush=True)
-    atomic_write(args.output, json.dumps({"meta": provenance(0), "overhead": rows_overhead, "scale": rows_scale},
+    meta["load_average_after"] = provenance()["cpu"]["load_average"]
+    atomic_write(args.output, json.dumps({"meta": meta, "overhead": rows_overhead, "scale": rows_scale},
                                          indent=2) + "\n")
     print(f"wrote {args.output}")
 

@@ -2,7 +2,8 @@
 
     nice python benchmarks/fl_fedrgl.py [--graphs cora,citeseer] [--noises pair:0.3,uniform:0.3]
                                         [--clients 5] [--seeds 0,1,2,3,4] [--tune-seed 100]
-                                        [--rounds 12] [--jobs 2] [-o benchmarks/results/fl_fedrgl.json]
+                                        [--rounds 12] [--jobs 2] [--csbm-nodes N]
+                                        [-o benchmarks/results/fl_fedrgl.json]
 
 Each setting (graph x noise x client count): Louvain clients, each client's labelled nodes split
 40% train and 20% validation (both with labels flipped at the client's rate, 0.5 to 1.5 times the
@@ -63,14 +64,15 @@ def one_run(job: dict) -> dict:
     import torch
 
     from edgekit.federated.fedrgl import GraphSettings, gcn_like, graph_summary, run_graph, test_accuracy
-    from edgekit.federated.graphs import client_data, load_graph
+    from edgekit.federated.graphs import client_data, csbm, load_graph
     from edgekit.utils.files import atomic_write
 
     kept = Path(job["dir"]) / f"{hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]}.json"
     if kept.exists() and (saved := json.loads(kept.read_text()))["job"] == job:
         return saved
     torch.set_num_threads(1)
-    graph = load_graph(job["graph"], job["planetoid"], job["seed"])
+    graph = (csbm(job["csbm_nodes"], seed=job["seed"]) if "csbm_nodes" in job
+             else load_graph(job["graph"], job["planetoid"], job["seed"]))
     clients = client_data(graph, job["clients"], noise=job["noise"], rate=job["rate"], val_fraction=0.2,
                           seed=job["seed"])
     settings = GraphSettings(**job["settings"])
@@ -99,6 +101,8 @@ def main():
     parser.add_argument("--tune-seed", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--csbm-nodes", type=int, help="nodes of the csbm graph (default: graphs.csbm's 2000); "
+                        "a small graph makes a quick check of the script")
     parser.add_argument("--planetoid", type=Path,
                         default=Path(__file__).resolve().parents[1].parent / "shared" / "data" / "planetoid")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_fedrgl.json"))
@@ -120,6 +124,8 @@ def main():
         if kind not in NOISES or not rate.replace(".", "", 1).isdigit():
             parser.error(f"--noises takes KIND:RATE items with KIND one of {', '.join(NOISES)}, got {item!r}")
         noises.append((kind, float(rate)))
+    if args.csbm_nodes is not None and (graphs != ["csbm"] or args.csbm_nodes < 10):
+        parser.error("--csbm-nodes applies to --graphs csbm alone and needs at least 10 nodes (2 per class)")
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(seeds) < 2 or args.tune_seed in seeds:
         parser.error("--seeds needs at least 2 seeds for the paired test, and none equal to --tune-seed")
@@ -129,9 +135,10 @@ def main():
     settings_of = [(g, k, r) for g in graphs for k, r in noises]
 
     def job(graph, kind, rate, seed, label, settings, score):
+        # csbm_nodes only when given: the jobs of a default run, and so the runs kept for them, stay as they were
         return {"graph": graph, "clients": args.clients, "noise": kind, "rate": rate, "seed": seed, "label": label,
                 "rounds": args.rounds, "settings": settings, "score": score, "planetoid": str(args.planetoid),
-                "dir": str(done_dir)}
+                "dir": str(done_dir), **({"csbm_nodes": args.csbm_nodes} if args.csbm_nodes else {})}
 
     with ProcessPoolExecutor(args.jobs) as pool:
         tuning_jobs = [job(g, k, r, args.tune_seed, f"{m} #{i}", settings_for(m, c, args.tune_seed), "validation")

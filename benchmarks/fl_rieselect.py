@@ -3,7 +3,7 @@
     nice python benchmarks/fl_rieselect.py [--clients 4] [--rounds-per-task 5] [--local-steps 10]
                                            [--budget 0.25] [--risk-weight 1] [--growth G]
                                            [--overlap-weight W] [--coordinated-baselines]
-                                           [--seeds 0,1] [-o benchmarks/results/fl_rieselect.json]
+                                           [--seeds 0,1] [-o benchmarks/results/fl_rieselect.json] [--allow-dirty]
 
 The byte-level LM (LMConfig.tiny) learns stdlib packages in order (``edgekit.jobs.fl.
 CONTINUAL_TASKS``: email, asyncio, encodings) across ``--clients`` clients on the in-process
@@ -83,7 +83,11 @@ def main():
                         help="random and topk fill from the round's share first (an ablation of RieSelect's coverage)")
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_rieselect.json"))
+    parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
     args = parser.parse_args()
+    from edgekit.utils.provenance import provenance, require_clean_tree
+
+    require_clean_tree(args.allow_dirty)
     done_dir = args.output.with_name(f"{args.output.stem}_runs")
     done_dir.mkdir(parents=True, exist_ok=True)
     jobs = [{"selection": selection, "clients": args.clients, "rounds_per_task": args.rounds_per_task,
@@ -97,7 +101,6 @@ def main():
 
     from edgekit.utils.files import atomic_write
     from edgekit.utils.output import markdown_table
-    from edgekit.utils.provenance import provenance
 
     rows = []
     for selection in SELECTIONS:

@@ -3,7 +3,8 @@ MXFP8 and MXFP4 weights (run by hand; trains through the model cache, so a rerun
 
     python benchmarks/fluxnet_study.py [--pdes traffic,convection_diffusion,shallow_water,cahn_hilliard]
                                        [--boundary periodic] [--formats fp32,mxfp8_e4m3,...]
-                                       [-o benchmarks/results/fluxnet_study.json]
+                                       [--config KEY=VALUE ...] [-o benchmarks/results/fluxnet_study.json]
+                                       [--allow-dirty]
 
 Every surrogate is the registered ``fluxnet`` model with another config, trained by
 ``edgekit.models.registry.train`` (seeded, cached). The 1D problems use the default config
@@ -15,7 +16,8 @@ surrogate steps from held-out initial conditions and compared with the solver
 (``fluxnet.evaluate``), with its weights as trained and quantized by
 ``edgekit.models.weights.quantized_copy``. Writes JSON (rows, configs, provenance) and
 the Markdown table beside it. A ``persistence`` row per problem (the state never changes)
-gives the scale of the rollout errors.
+gives the scale of the rollout errors. ``--config`` overrides every surrogate's config (after the
+above), e.g. ``steps=3 rollout_steps=4`` for a quick check of the script.
 """
 
 from __future__ import annotations
@@ -40,21 +42,30 @@ def main():
     parser.add_argument("--pdes", default=",".join(pde.PROBLEMS), help="comma-separated problems")
     parser.add_argument("--boundary", default="periodic", choices=pde.BOUNDARIES)
     parser.add_argument("--formats", default=",".join(fluxnet.STUDY_FORMATS), help="weight formats; fp32: as trained")
+    parser.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="fluxnet config overrides, applied to every surrogate")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fluxnet_study.json"))
+    parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
     args = parser.parse_args()
 
     import torch
 
-    from edgekit.models.registry import train
+    from edgekit.models.registry import make_config, parse_config_items, train
     from edgekit.utils.output import atomic_write, json_safe, markdown_table
-    from edgekit.utils.provenance import provenance
+    from edgekit.utils.provenance import provenance, require_clean_tree
 
+    require_clean_tree(args.allow_dirty)
+    meta = provenance(0, threads=torch.get_num_threads())  # at the start: the code and load the run began with
     configs = []
-    for name in args.pdes.split(","):
-        base = {"boundary": args.boundary, **(SMALL_2D if pde.get_problem(name).dims == 2 else {})}
-        for arch, head in fluxnet.STUDY_VARIANTS:
-            configs.append(fluxnet.FluxNetConfig(pde=name, arch=arch, head=head,
-                                                 **base, **(FLUX_RATE if arch == "flux_rate" else {})))
+    try:
+        overrides = parse_config_items(args.config)
+        for name in args.pdes.split(","):
+            base = {"boundary": args.boundary, **(SMALL_2D if pde.get_problem(name).dims == 2 else {})}
+            for arch, head in fluxnet.STUDY_VARIANTS:
+                configs.append(make_config("fluxnet", {"pde": name, "arch": arch, "head": head, **base,
+                                                       **(FLUX_RATE if arch == "flux_rate" else {}), **overrides}))
+    except ValueError as err:  # a bad --config item or problem name, before any training
+        parser.error(str(err))
     formats = args.formats.split(",")
     began = time.perf_counter()
 
@@ -75,8 +86,9 @@ def main():
                      "format": "", **metrics})
     table = markdown_table(rows, COLUMNS)
     print(table)
-    meta = {**provenance(0), "command": " ".join(["python", *sys.argv]), "small_2d": SMALL_2D,
-            "flux_rate": FLUX_RATE, "seconds": time.perf_counter() - began}
+    meta.update({"command": " ".join(["python", *sys.argv]), "small_2d": SMALL_2D, "flux_rate": FLUX_RATE,
+                 "overrides": overrides, "seconds": time.perf_counter() - began,
+                 "load_average_after": provenance()["cpu"]["load_average"]})
     atomic_write(args.output, json.dumps(json_safe({"meta": meta, "rows": rows}), indent=2) + "\n")
     atomic_write(args.output.with_suffix(".md"), table + "\n")
     print(f"wrote {args.output} and {args.output.with_suffix('.md')}")

@@ -1,7 +1,7 @@
 """Users' own models through export, compile and run, measured in one process (run by hand).
 
-    python benchmarks/user_models.py [--formats fp16,mxint8,...] [--rounds 30] [--threads 2]
-                                     [-o benchmarks/results/user_models.json] [--allow-dirty]
+    python benchmarks/user_models.py [--formats fp16,mxint8,...] [--models bert,gpt2,...] [--rounds 30]
+                                     [--threads 2] [-o benchmarks/results/user_models.json] [--allow-dirty]
 
 The corpus is the tests' (``tests/compilers/user_models.py``): transformers' BERT, GPT-2, ViT,
 ResNet-18 and MobileNetV2 built from config classes with random weights, and a bare
@@ -15,7 +15,8 @@ ResNet-18 and MobileNetV2 built from config classes with random weights, and a b
    output's largest magnitude; whether the batch stayed symbolic; and the median latency
    of the build against onnxruntime fp32 on the float graph, interleaved, at batch 1 and 4.
 3. One build for any batch against one for batch 1: ResNet-18's symbolic-batch build and
-   its batch-1 build, timed at batch 1 (the cost of the symbolic batch).
+   its batch-1 build, timed at batch 1 (the cost of the symbolic batch); only when ``--models``
+   includes resnet18.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def shapes_for(name: str, feeds: dict) -> list[str]:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--formats", default=FORMATS)
+    parser.add_argument("--models", help="comma-separated models of the corpus (default: all of them)")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("-o", "--output", type=Path, default=ROOT / "benchmarks/results/user_models.json")
@@ -80,6 +82,9 @@ def main():
     from edgekit.utils.provenance import provenance, require_clean_tree
     from tests.compilers.user_models import CORPUS, export_onnx, inputs_npz
 
+    models = list(CORPUS) if args.models is None else [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models or not set(models) <= set(CORPUS):
+        parser.error(f"--models takes a comma-separated list of {', '.join(CORPUS)}, got {args.models!r}")
     require_clean_tree(args.allow_dirty)
     torch.set_num_threads(args.threads)
     configure_tvm_threads(args.threads)
@@ -88,7 +93,7 @@ def main():
     accuracy, builds, dynamic = [], [], []
     with tempfile.TemporaryDirectory(prefix="edgekit-user-models-") as tmp:
         tmp = Path(tmp)
-        for name in CORPUS:
+        for name in models:
             print(f"{name} ...", file=sys.stderr)
             path = export_onnx(name, tmp)
             for row in evaluate_model_file(str(path), formats, inputs_npz(name, tmp, 4), log=lambda _: None):
@@ -116,15 +121,18 @@ def main():
                                                                     / np.abs(expected).max()),
                                "tvm_mxfp4_ms": tvm_ms, "onnxruntime_fp32_ms": ort_ms,
                                "speedup_vs_onnxruntime_fp32": ort_ms / tvm_ms})
-        print("resnet18: symbolic against fixed batch ...", file=sys.stderr)
-        path = tmp / "resnet18.onnx"
-        fixed = tmp / "resnet18_fixed"
-        compile_dir(path, "mxfp4", fixed, max_batch=1)
-        x = [np.load(inputs_npz("resnet18", tmp, 1))["pixel_values"]]
-        for _ in range(3):  # interleaved, so both see the same machine state
-            for label, directory in (("symbolic (any batch up to 64)", tmp / "resnet18_build"), ("batch 1", fixed)):
-                built = load(directory)
-                dynamic.append({"build": label, "batch": 1, "ms": median_ms(lambda b=built: b(*x), args.rounds)})
+        if "resnet18" in models:  # compares against the symbolic-batch build section 2 made
+            print("resnet18: symbolic against fixed batch ...", file=sys.stderr)
+            path = tmp / "resnet18.onnx"
+            fixed = tmp / "resnet18_fixed"
+            compile_dir(path, "mxfp4", fixed, max_batch=1)
+            x = [np.load(inputs_npz("resnet18", tmp, 1))["pixel_values"]]
+            for _ in range(3):  # interleaved, so both see the same machine state
+                for label, directory in (("symbolic (any batch up to 64)", tmp / "resnet18_build"),
+                                         ("batch 1", fixed)):
+                    built = load(directory)
+                    dynamic.append({"build": label, "batch": 1,
+                                    "ms": median_ms(lambda b=built: b(*x), args.rounds)})
     dynamic = [{"build": label, "batch": 1, "median_ms": statistics.median(r["ms"] for r in dynamic
                                                                              if r["build"] == label)}
                for label in dict.fromkeys(r["build"] for r in dynamic)]
@@ -132,7 +140,8 @@ def main():
     sections = {"accuracy": accuracy, "builds": builds, "symbolic_batch": dynamic}
     atomic_write(args.output, json.dumps(json_safe({"meta": meta, **sections}), indent=2) + "\n")
     for title, rows in sections.items():
-        print(f"\n## {title}\n\n{markdown_table(rows)}")
+        if rows:  # symbolic_batch is empty without resnet18
+            print(f"\n## {title}\n\n{markdown_table(rows)}")
     print(f"\nwrote {args.output}", file=sys.stderr)
 
 
