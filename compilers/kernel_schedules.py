@@ -17,6 +17,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir
 
+from edgekit.simulators.formats import code_group
 from edgekit.simulators.layouts import LANES, PACKED
 
 # TVM's own default CUDA target, with the arch given: a bare {"kind": "cuda"} makes TVM query the
@@ -44,8 +45,9 @@ def dense_lanes(block_size: int, layout: str, code_bits: int) -> int:
     """Vector lanes over a block's elements: 16 for the vector layouts, up to 32 for whole bytes."""
     if layout != PACKED:
         return math.gcd(block_size, LANES)
-    if code_bits == 6:  # four codes per three bytes: lanes of one byte group
-        return min(block_size, 4)
+    codes, nbytes = code_group(code_bits)
+    if nbytes > 1:  # codes straddle bytes (6-bit: four in three): lanes of one byte group
+        return min(block_size, codes)
     return next(lanes for lanes in (32, 16, 8, 4, 2, 1) if block_size % lanes == 0)
 
 

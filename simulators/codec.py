@@ -193,9 +193,11 @@ def quantize(x, format: str | BlockFormat = "mxfp4", axis: int = -1, *, scale_ru
     ek = fmt.element.kernel_constants()
     sc = scale_constants(fmt, rule, tensor_scale or 1.0)
     full = n // B if inner == 1 else 0
-    parallel_map(rows * full, lambda t0, t1: kernels.encode(bits, lut, n, B, t0, t1, ek, sc, codes, scales))
+    parallel_map(rows * full, lambda t0, t1: kernels.encode(
+        bits, lut, n, B, fmt.element.bits, fmt.scale_kind, t0, t1, ek, sc, codes, scales))
     parallel_map(rows * (n_blocks - full), lambda t0, t1: kernels.encode_gathered(
-        bits, lut, n, inner, B, full, t0, t1, ek, sc, codes, scales), MIN_GATHERED_BLOCKS)
+        bits, lut, n, inner, B, fmt.element.bits, fmt.scale_kind, full, t0, t1, ek, sc, codes, scales),
+        MIN_GATHERED_BLOCKS)
     return QuantizedTensor(fmt, x.shape, axis, codes, scales, tensor_scale, scale_rule)
 
 

@@ -1,10 +1,12 @@
 """Numba kernels: block quantize+pack and unpack+dequantize.
 
 The kernels take the constants of ``formats.ElementType.kernel_constants`` and never a
-format name, so one compiled kernel serves every row of the format table. The common
-case, blocks of 32 with an E8M0 scale (every MX format), gets one loop nest per code
-width with the block size, width and scale kind as constants, which LLVM unrolls and
-vectorizes; every other case shares one generic nest. Each is compiled once and cached.
+format name, so one kernel serves every row of the format table, whatever its code width.
+The contiguous-row kernels compile a loop nest with the block size, code width and scale
+kind as constants, which LLVM unrolls and vectorizes, for the shapes of the standard rows
+(blocks of 32 with E8M0 scales and 4-, 6- or 8-bit codes; blocks of 16 with E4M3 scales
+and 4-bit codes): a speed choice, not a format switch, since every other shape runs the
+same loops with run-time values. Each is compiled once and cached.
 
 Input arrives as FP32 bit patterns: float32 arrays as their ``uint32`` view, 16-bit
 floats as ``uint16`` codes widened through a 65536-entry table.
@@ -12,7 +14,8 @@ floats as ``uint16`` codes widened through a 65536-entry table.
 Layout: the quantized axis is moved last. Row ``r`` of ``codes`` holds that row's
 blocks one after another, each ``bytes_per_block`` long; FP4/INT4 put two codes per
 byte (low nibble first), FP6 four codes in three bytes (little-endian bit order),
-8-bit codes one per byte. ``scales[r, b]`` is the code of block ``b``'s scale.
+8-bit codes one per byte: in general the smallest whole-byte group of codes
+(``formats.code_group``) as one little-endian word. ``scales[r, b]`` is the code of block ``b``'s scale.
 
 Every kernel works on a range ``[t0, t1)`` of blocks, numbered row-major over
 (row, block), and releases the GIL, so callers split the work across threads. It
@@ -29,8 +32,6 @@ E8M0_NAN = 0xFF
 E4M3_NAN = 0x7F
 RULE_FLOOR, RULE_RCEIL = 0, 2  # indices in formats.SCALE_RULES (1 is ceil)
 SCALE_E8M0, SCALE_E4M3 = 0, 1
-FAST_BLOCK = 32  # the MX block size, given loop nests of its own
-NV_BLOCK = 16  # NVFP4's block of 4-bit codes with an E4M3 scale, given a loop nest of its own too
 CHUNK = 64  # blocks per pass of the span kernels: their scratch stays in L1 between passes
 TILE = 16  # rows gathered side by side along a non-last quantized axis: a cache line of FP32
 GATHER_CHUNK = 16  # blocks per gathered tile, which then fits in L1
@@ -139,7 +140,7 @@ def element_value(code, ek):
 def block_scale(amax_bits, scale_kind, sc):
     """(scale code, FP32 multiplier that maps the block onto the element grid).
 
-    On the fast path ``scale_kind`` is a compile-time constant: the E4M3 branch, even
+    In ``encode`` ``scale_kind`` is a compile-time constant: the E4M3 branch, even
     untaken, would keep LLVM from vectorizing the E8M0 element loops beside it.
     """
     _kind, rule, emax, rcp_max, elem_max, ts, sk = sc
@@ -160,6 +161,44 @@ def block_scale(amax_bits, scale_kind, sc):
 
 
 @njit(inline="always")
+def code_group(bits):
+    """(codes, bytes) of a whole-byte group of ``bits``-bit codes, as ``formats.code_group``."""
+    codes = 8
+    while codes % 2 == 0 and (codes // 2) * bits % 8 == 0:
+        codes //= 2
+    return codes, codes * bits // 8
+
+
+@njit(inline="always")
+def pack_codes(cbuf, out, count, bits):
+    """``count`` codes of ``cbuf`` into ``out``, a code group at a time as one little-endian word.
+
+    With ``bits`` a compile-time constant the group loops unroll; LLVM narrows the 64-bit
+    word to the bits each byte needs and vectorizes across groups.
+    """
+    per, nbytes = code_group(bits)
+    for g in range(count // per):
+        w = np.int64(0)
+        for j in range(per):
+            w |= np.int64(cbuf[per * g + j]) << (bits * j)
+        for j in range(nbytes):
+            out[nbytes * g + j] = np.uint8((w >> (8 * j)) & 0xFF)
+
+
+@njit(inline="always")
+def unpack_codes(codes, cbuf, count, bits):
+    """Inverse of ``pack_codes``: ``count`` codes from the packed bytes ``codes`` into ``cbuf``."""
+    per, nbytes = code_group(bits)
+    mask = (1 << bits) - 1
+    for g in range(count // per):
+        w = np.int64(0)
+        for j in range(nbytes):
+            w |= np.int64(codes[nbytes * g + j]) << (8 * j)
+        for j in range(per):
+            cbuf[per * g + j] = np.int32((w >> (bits * j)) & mask)
+
+
+@njit(inline="always")
 def encode_span(src, lut, B, bits, scale_kind, ek, sc, codes, scales, amax, inv, cbuf):
     """Quantize+pack the ``len(scales)`` whole blocks at the start of ``src`` into ``codes``.
 
@@ -167,7 +206,7 @@ def encode_span(src, lut, B, bits, scale_kind, ek, sc, codes, scales, amax, inv,
     Numba guards the index against negative values, and the guard turns each vector
     load and store into a gather or scatter (2-3x slower). The blocks go CHUNK at a
     time through four passes (amax, scale, round, pack) whose loops LLVM vectorizes,
-    with ``amax``, ``inv`` and ``cbuf`` as scratch. On the fast paths ``B``, ``bits`` and
+    with ``amax``, ``inv`` and ``cbuf`` as scratch. From ``encode`` ``B``, ``bits`` and
     ``scale_kind`` are constants: a run-time branch on any of them around these loops
     stops LLVM vectorizing them.
     """
@@ -192,20 +231,7 @@ def encode_span(src, lut, B, bits, scale_kind, ek, sc, codes, scales, amax, inv,
             v = inv[k]
             for j in range(B):
                 cbuf[k * B + j] = round_element(np.float32(as_f32(load_bits(xs, lut, k * B + j)) * v).view(np.int32), ek)
-        if bits == 8:
-            for i in range(m * B):
-                out[i] = np.uint8(cbuf[i])
-        elif bits == 4:
-            pairs = cbuf[:m * B].view(np.int64)  # (low, high) codes of a byte in one word, little-endian
-            for i in range(m * B // 2):
-                w = pairs[i]
-                out[i] = np.uint8((w | (w >> 28)) & 0xFF)
-        else:
-            for g in range(m * B // 4):
-                w = cbuf[4 * g] | (cbuf[4 * g + 1] << 6) | (cbuf[4 * g + 2] << 12) | (cbuf[4 * g + 3] << 18)
-                out[3 * g] = np.uint8(w & 0xFF)
-                out[3 * g + 1] = np.uint8((w >> 8) & 0xFF)
-                out[3 * g + 2] = np.uint8(w >> 16)
+        pack_codes(cbuf, out, m * B, bits)
         for k in range(m):
             if amax[k] >= FP32_INF:  # NaN scale: the element codes carry nothing, store zeros
                 out[k * bpb:(k + 1) * bpb] = 0
@@ -228,24 +254,24 @@ def encode_run(x, lut, n, B, bits, scale_kind, t0, t1, ek, sc, codes, scales):
 
 
 @njit(nogil=True, cache=True, error_model="numpy")
-def encode(x, lut, n, B, t0, t1, ek, sc, codes, scales):
+def encode(x, lut, n, B, bits, scale_kind, t0, t1, ek, sc, codes, scales):
     """Quantize+pack full blocks ``t0 .. t1`` of rows of length ``n`` stored contiguously.
 
     ek: element constants; sc: (scale kind, rule index, emax, 1/max_normal, max_normal,
-    tensor scale, scale-type constants).
+    tensor scale, scale-type constants). The row shapes in SPECIALIZED get their block size,
+    code width and scale kind compiled in as constants, which lets LLVM unroll and vectorize
+    the span loops; any other shape runs the same loops with run-time values.
     """
-    bits = ek[1]
-    if B == FAST_BLOCK and sc[0] == SCALE_E8M0:
-        if bits == 4:
-            encode_run(x, lut, n, FAST_BLOCK, 4, SCALE_E8M0, t0, t1, ek, sc, codes, scales)
-        elif bits == 8:
-            encode_run(x, lut, n, FAST_BLOCK, 8, SCALE_E8M0, t0, t1, ek, sc, codes, scales)
-        else:
-            encode_run(x, lut, n, FAST_BLOCK, 6, SCALE_E8M0, t0, t1, ek, sc, codes, scales)
-    elif B == NV_BLOCK and sc[0] == SCALE_E4M3 and bits == 4:
-        encode_run(x, lut, n, NV_BLOCK, 4, SCALE_E4M3, t0, t1, ek, sc, codes, scales)
+    if B == 32 and scale_kind == SCALE_E8M0 and bits == 4:
+        encode_run(x, lut, n, 32, 4, SCALE_E8M0, t0, t1, ek, sc, codes, scales)
+    elif B == 32 and scale_kind == SCALE_E8M0 and bits == 6:
+        encode_run(x, lut, n, 32, 6, SCALE_E8M0, t0, t1, ek, sc, codes, scales)
+    elif B == 32 and scale_kind == SCALE_E8M0 and bits == 8:
+        encode_run(x, lut, n, 32, 8, SCALE_E8M0, t0, t1, ek, sc, codes, scales)
+    elif B == 16 and scale_kind == SCALE_E4M3 and bits == 4:
+        encode_run(x, lut, n, 16, 4, SCALE_E4M3, t0, t1, ek, sc, codes, scales)
     else:
-        encode_run(x, lut, n, B, bits, sc[0], t0, t1, ek, sc, codes, scales)
+        encode_run(x, lut, n, B, bits, scale_kind, t0, t1, ek, sc, codes, scales)
 
 
 @njit(inline="always")
@@ -263,8 +289,8 @@ def gathered_stretch(t, t1, per_row, first, inner):
     return r, b0, min(first + per_row, b0 + t1 - t), 1
 
 
-@njit(nogil=True, cache=True, error_model="numpy")
-def encode_gathered(x, lut, n, inner, B, first, t0, t1, ek, sc, codes, scales):
+@njit(inline="always")
+def encode_gathered_run(x, lut, n, inner, B, bits, scale_kind, first, t0, t1, ek, sc, codes, scales):
     """Blocks ``first ..`` of every row (``t`` counts them row-major), via a gather buffer.
 
     Row ``r`` is ``(o, i) = divmod(r, inner)`` of the input viewed as ``(outer, n, inner)``.
@@ -272,7 +298,6 @@ def encode_gathered(x, lut, n, inner, B, first, t0, t1, ek, sc, codes, scales):
     elements together (a row's own elements are ``inner`` apart, one per cache line), a
     chunk of blocks at a time, zero-padding a partial last block.
     """
-    bits = ek[1]
     per_row = (n + B - 1) // B - first
     bpb = B * bits // 8
     tile = np.empty((TILE, GATHER_CHUNK * B), np.uint32)
@@ -292,9 +317,24 @@ def encode_gathered(x, lut, n, inner, B, first, t0, t1, ek, sc, codes, scales):
                     tile[lane, k] = np.uint32(load_bits(x, lut, at + lane))
             tile[:lanes, k1 - k0:(c1 - c0) * B] = 0
             for lane in range(lanes):
-                encode_span(tile[lane, :(c1 - c0) * B], identity, B, bits, sc[0], ek, sc,
+                encode_span(tile[lane, :(c1 - c0) * B], identity, B, bits, scale_kind, ek, sc,
                             codes[r + lane, c0 * bpb:c1 * bpb], scales[r + lane, c0:c1], amax, inv, cbuf)
         t += lanes * (b1 - b0)
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
+def encode_gathered(x, lut, n, inner, B, bits, scale_kind, first, t0, t1, ek, sc, codes, scales):
+    """``encode_gathered_run`` with the standard rows' code widths compiled in (which the code
+    group loops need to unroll); the block size stays a run-time value, as the tile loops
+    vectorize better without it."""
+    if bits == 4:
+        encode_gathered_run(x, lut, n, inner, B, 4, scale_kind, first, t0, t1, ek, sc, codes, scales)
+    elif bits == 6:
+        encode_gathered_run(x, lut, n, inner, B, 6, scale_kind, first, t0, t1, ek, sc, codes, scales)
+    elif bits == 8:
+        encode_gathered_run(x, lut, n, inner, B, 8, scale_kind, first, t0, t1, ek, sc, codes, scales)
+    else:
+        encode_gathered_run(x, lut, n, inner, B, bits, scale_kind, first, t0, t1, ek, sc, codes, scales)
 
 
 @njit(inline="always")
@@ -312,21 +352,7 @@ def decode_span(codes, scales, B, bits, values, scale_values, ts, out, cbuf):
         cc = codes[c0 * bpb:(c0 + m) * bpb]
         block_scales = scales[c0:c0 + m]
         o = out[c0 * B:(c0 + m) * B]
-        if bits == 8:
-            for i in range(m * B):
-                cbuf[i] = cc[i]
-        elif bits == 4:
-            pairs = cbuf[:m * B].view(np.int64)  # the two codes of a byte as the low and high word
-            for i in range(m * B // 2):
-                w = np.int64(cc[i])
-                pairs[i] = (w & 0xF) | ((w >> 4) << 32)
-        else:
-            for g in range(m * B // 4):
-                w = np.int32(cc[3 * g]) | (np.int32(cc[3 * g + 1]) << 8) | (np.int32(cc[3 * g + 2]) << 16)
-                cbuf[4 * g] = w & 63
-                cbuf[4 * g + 1] = (w >> 6) & 63
-                cbuf[4 * g + 2] = (w >> 12) & 63
-                cbuf[4 * g + 3] = w >> 18
+        unpack_codes(cc, cbuf, m * B, bits)
         for k in range(m):
             sv = scale_values[block_scales[k]]
             for j in range(B):
@@ -351,21 +377,22 @@ def decode_run(codes, scales, n, B, bits, t0, t1, values, scale_values, ts, out)
 
 @njit(nogil=True, cache=True)
 def decode(codes, scales, n, B, bits, t0, t1, values, scale_values, ts, out):
-    """Unpack+dequantize full blocks ``t0 .. t1`` of contiguous rows into flat float32 ``out``."""
-    if B == FAST_BLOCK and bits == 4:
-        decode_run(codes, scales, n, FAST_BLOCK, 4, t0, t1, values, scale_values, ts, out)
-    elif B == FAST_BLOCK and bits == 8:
-        decode_run(codes, scales, n, FAST_BLOCK, 8, t0, t1, values, scale_values, ts, out)
-    elif B == FAST_BLOCK:
-        decode_run(codes, scales, n, FAST_BLOCK, 6, t0, t1, values, scale_values, ts, out)
-    elif B == NV_BLOCK and bits == 4:
-        decode_run(codes, scales, n, NV_BLOCK, 4, t0, t1, values, scale_values, ts, out)
+    """Unpack+dequantize full blocks ``t0 .. t1`` of contiguous rows into flat float32 ``out``,
+    specialized on the row shapes as ``encode`` is."""
+    if B == 32 and bits == 4:
+        decode_run(codes, scales, n, 32, 4, t0, t1, values, scale_values, ts, out)
+    elif B == 32 and bits == 6:
+        decode_run(codes, scales, n, 32, 6, t0, t1, values, scale_values, ts, out)
+    elif B == 32 and bits == 8:
+        decode_run(codes, scales, n, 32, 8, t0, t1, values, scale_values, ts, out)
+    elif B == 16 and bits == 4:
+        decode_run(codes, scales, n, 16, 4, t0, t1, values, scale_values, ts, out)
     else:
         decode_run(codes, scales, n, B, bits, t0, t1, values, scale_values, ts, out)
 
 
-@njit(nogil=True, cache=True)
-def decode_scattered(codes, scales, n, inner, B, bits, first, t0, t1, values, scale_values, ts, out):
+@njit(inline="always")
+def decode_scattered_run(codes, scales, n, inner, B, bits, first, t0, t1, values, scale_values, ts, out):
     """Blocks ``first ..`` of every row, decoded into a tile of up to TILE rows (as
     ``encode_gathered`` gathers them), then written out strided and cut short at the row end."""
     per_row = (n + B - 1) // B - first
@@ -388,6 +415,19 @@ def decode_scattered(codes, scales, n, inner, B, bits, first, t0, t1, values, sc
                 for lane in range(lanes):
                     out[at + lane] = tile[lane, k]
         t += lanes * (b1 - b0)
+
+
+@njit(nogil=True, cache=True)
+def decode_scattered(codes, scales, n, inner, B, bits, first, t0, t1, values, scale_values, ts, out):
+    """``decode_scattered_run`` with the code widths compiled in as ``encode_gathered`` has them."""
+    if bits == 4:
+        decode_scattered_run(codes, scales, n, inner, B, 4, first, t0, t1, values, scale_values, ts, out)
+    elif bits == 6:
+        decode_scattered_run(codes, scales, n, inner, B, 6, first, t0, t1, values, scale_values, ts, out)
+    elif bits == 8:
+        decode_scattered_run(codes, scales, n, inner, B, 8, first, t0, t1, values, scale_values, ts, out)
+    else:
+        decode_scattered_run(codes, scales, n, inner, B, bits, first, t0, t1, values, scale_values, ts, out)
 
 
 @njit(nogil=True, cache=True)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from edgekit.simulators import FORMATS, dequantize, quantize
+from edgekit.simulators.formats import E8M0, BlockFormat, ElementType
 from edgekit.simulators.reference import dequantize_reference, quantize_reference, unpack_codes
 
 from . import oracle
@@ -123,3 +124,30 @@ def test_any_axis_and_partial_blocks(name, shape, axis):
     pad[..., : moved.shape[-1]] = moved
     if FORMATS[name].tensor_scale is False:
         assert np.array_equal(quantize(pad, name).codes, q.codes)
+
+
+# Element widths no row of the table has: the kernels take any width, packed a code group at a time.
+NEW_WIDTHS = [
+    BlockFormat("mxint3", ElementType("int3", "int", 3, frac_bits=1), E8M0, 32),
+    BlockFormat("mxfp5_e2m2", ElementType("e2m2", "float", 5, ebits=2, mbits=2, bias=1), E8M0, 32),
+    BlockFormat("mxint2_b16", ElementType("int2", "int", 2, frac_bits=0), E8M0, 16),
+]
+
+
+@pytest.mark.parametrize("fmt", NEW_WIDTHS, ids=lambda f: f.name)
+@pytest.mark.parametrize("shape,axis", [((8, 512), -1), ((70, 9), 0), ((3, 45), 1)])
+def test_new_code_widths_match_the_reference(fmt, shape, axis):
+    x = np.random.default_rng(11).standard_normal(shape).astype(np.float32) * 3
+    q, r = quantize(x, fmt, axis), quantize_reference(x, fmt, axis)
+    assert q.codes.shape[-1] == -(-x.shape[axis] // fmt.block_size) * fmt.bytes_per_block
+    assert np.array_equal(q.codes, r.codes) and np.array_equal(q.scales, r.scales)
+    np.testing.assert_array_equal(dequantize(q), dequantize_reference(r))
+    assert len(np.unique(unpack_codes(q.codes, fmt.element.bits))) > 2  # the codes use the width
+
+
+@pytest.mark.parametrize("fmt", NEW_WIDTHS[:2], ids=lambda f: f.name)
+def test_new_code_widths_on_tie_cases(fmt):
+    x = cases(fmt)[:4096]
+    q, r = quantize(x, fmt), quantize_reference(x, fmt)
+    assert np.array_equal(q.codes, r.codes) and np.array_equal(q.scales, r.scales)
+    np.testing.assert_array_equal(dequantize(q), dequantize_reference(r))
