@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from edgekit.simulators import FORMATS, dequantize, quantize
-from edgekit.simulators.formats import E8M0, BlockFormat, ElementType
+from edgekit.simulators import kernels
+from edgekit.simulators.formats import E8M0, BlockFormat, ElementType, code_group
 from edgekit.simulators.reference import dequantize_reference, quantize_reference, unpack_codes
 
 from . import oracle
@@ -151,3 +152,7 @@ def test_new_code_widths_on_tie_cases(fmt):
     q, r = quantize(x, fmt), quantize_reference(x, fmt)
     assert np.array_equal(q.codes, r.codes) and np.array_equal(q.scales, r.scales)
     np.testing.assert_array_equal(dequantize(q), dequantize_reference(r))
+
+
+def test_kernel_code_groups_are_the_table_s():
+    assert [kernels.code_group(bits) for bits in range(1, 17)] == [code_group(bits) for bits in range(1, 17)]
