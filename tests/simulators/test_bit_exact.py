@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from edgekit.simulators import FORMATS, dequantize, quantize
-from edgekit.simulators import kernels
+from edgekit.simulators import FORMATS, dequantize, kernels, quantize
 from edgekit.simulators.formats import E8M0, BlockFormat, ElementType, code_group
 from edgekit.simulators.reference import dequantize_reference, quantize_reference, unpack_codes
 
