@@ -39,7 +39,7 @@ import torch
 from edgekit.simulators import FORMATS, dequantize, quantize
 from edgekit.utils.files import atomic_write
 from edgekit.utils.parallel import thread_count
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 ROW = 4096
 # Numba compiles for NUMBA_CPU_NAME with NUMBA_CPU_FEATURES; both are read when Numba is imported.
@@ -202,7 +202,7 @@ def main():
             row["dequantize extra memory % of input"] = 100 * dequant_extra / x.nbytes
         rows.append(row)
         print(" | ".join(f"{k}: {v:.3g}" if isinstance(v, float) else f"{k}: {v}" for k, v in row.items()), flush=True)
-    meta["load_average_after"] = provenance()["cpu"]["load_average"]
+    meta["load_average_after"] = load_average()
     atomic_write(args.output, json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     print(f"wrote {args.output}")
 

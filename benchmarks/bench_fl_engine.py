@@ -35,7 +35,7 @@ from edgekit.jobs.fl import workload_for
 from edgekit.models import digits
 from edgekit.utils.files import atomic_write
 from edgekit.utils.output import markdown_table
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 
 class TrainingClock:
@@ -145,7 +145,7 @@ def main():
     print(markdown_table(rows_overhead), flush=True)
     rows_scale = [scale("diloco", args.clients, args.rounds, 0), scale("gossip", args.clients, args.rounds, 1)]
     print(markdown_table(rows_scale), flush=True)
-    meta["load_average_after"] = provenance()["cpu"]["load_average"]
+    meta["load_average_after"] = load_average()
     atomic_write(args.output, json.dumps({"meta": meta, "overhead": rows_overhead, "scale": rows_scale},
                                          indent=2) + "\n")
     print(f"wrote {args.output}")

@@ -365,7 +365,7 @@ def main():
     if args.rounds < 7:
         parser.error("--rounds must be at least 7")
 
-    from edgekit.utils.provenance import provenance, require_clean_tree
+    from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
     require_clean_tree(args.allow_dirty)
     before = provenance(args.seed, threads=args.threads)  # the load average before the run
@@ -398,7 +398,7 @@ def main():
     meta = {**before, "command": " ".join(["python", *sys.argv]),
             "n": args.n, "k": args.k, "rounds": args.rounds, "sample_ms": args.sample_ms,
             "threads": args.threads, "tvm_threads": tvm_threads, "logical_cpus": os.cpu_count(),
-            "load_average_after": provenance()["cpu"]["load_average"],
+            "load_average_after": load_average(),
             "tvm_target": str(tvm_target("host")),
             "speedup_and_bandwidth_from": "medians", "reference": REFERENCE,
             "fastest_onnxruntime": "the onnxruntime fp32 row with the smallest median"}

@@ -173,7 +173,7 @@ def main():
         return
 
     from edgekit.models import registry
-    from edgekit.utils.provenance import provenance, require_clean_tree
+    from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
     try:
         overrides = registry.parse_config_items(args.config)
@@ -216,7 +216,7 @@ def main():
     ])
     print(text)
     meta = {**made_with, "command": " ".join(["python", *sys.argv]), "load_average_after":
-            provenance()["cpu"]["load_average"], "logical_cpus": os.cpu_count(), "config": config.__dict__,
+            load_average(), "logical_cpus": os.cpu_count(), "config": config.__dict__,
             "memory_measure": "peak RSS (VmHWM, reset before training) minus RSS before training, fresh process per variant; "
                               "bytes autograd saved for backward per step via saved_tensors_hooks",
             "latency_setup": latency_setup}

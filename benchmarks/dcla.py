@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.models import dcla
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 GRIDS = {"toy": {"step": [0.005, 0.01, 0.02, 0.05], "smoothing": [0.01, 0.05, 0.2]},
          "deconvolution": {"step": [2.5e-4, 5e-4, 1e-3, 2e-3], "smoothing": [0.005, 0.02, 0.1]}}
@@ -119,7 +119,7 @@ def main():
     for row in summary:
         print(row)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    made_with["load_average_after"] = provenance()["cpu"]["load_average"]
+    made_with["load_average_after"] = load_average()
     args.output.write_text(json.dumps({"meta": {**made_with, "seeds": seeds, "grids": GRIDS,
                                                 "budget": budget, "validation_seeds": VALIDATION_SEEDS},
                                        "chosen": chosen, "summary": summary, "test": test,

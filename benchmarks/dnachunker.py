@@ -23,7 +23,7 @@ import torch
 from seed_stats import interval
 
 from edgekit.models import dnachunker, registry
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 REGIONS = ("motif", "repeat", "background")
 
@@ -107,7 +107,7 @@ def main() -> None:
     base = dataclasses.asdict(registry.make_config("dnachunker", overrides))
     for key in ("chunking", "encoder", "lr", "seed"):
         base.pop(key)
-    made_with["load_average_after"] = provenance()["cpu"]["load_average"]
+    made_with["load_average_after"] = load_average()
     result = {"provenance": made_with, "command": " ".join(sys.argv), "seeds": args.seeds, "lrs": args.lrs,
               "config": base, "rows": rows}
     args.output.parent.mkdir(parents=True, exist_ok=True)

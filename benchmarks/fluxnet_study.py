@@ -52,7 +52,7 @@ def main():
 
     from edgekit.models.registry import make_config, parse_config_items, train
     from edgekit.utils.output import atomic_write, json_safe, markdown_table
-    from edgekit.utils.provenance import provenance, require_clean_tree
+    from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
     require_clean_tree(args.allow_dirty)
     meta = provenance(0, threads=torch.get_num_threads())  # at the start: the code and load the run began with
@@ -88,7 +88,7 @@ def main():
     print(table)
     meta.update({"command": " ".join(["python", *sys.argv]), "small_2d": SMALL_2D, "flux_rate": FLUX_RATE,
                  "overrides": overrides, "seconds": time.perf_counter() - began,
-                 "load_average_after": provenance()["cpu"]["load_average"]})
+                 "load_average_after": load_average()})
     atomic_write(args.output, json.dumps(json_safe({"meta": meta, "rows": rows}), indent=2) + "\n")
     atomic_write(args.output.with_suffix(".md"), table + "\n")
     print(f"wrote {args.output} and {args.output.with_suffix('.md')}")

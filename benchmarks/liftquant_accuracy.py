@@ -44,7 +44,7 @@ from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.gptq import IntGrid, rtn
 from edgekit.simulators.incoherence import Incoherence
 from edgekit.simulators.liftquant import codebook_bytes
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 UNIFORM = ["16to8", "22to10", "24to10", "20to8", "22to8", "12to4", "14to4", "16to4"]
 MIXED_BITS = [2.3, 3.2]
@@ -203,7 +203,7 @@ def main() -> None:
                      "seconds": round(time.perf_counter() - start, 1), **out["quantized"]})
         print(rows[-1], flush=True)
         save()
-    result["meta"]["load_average_after"] = provenance()["cpu"]["load_average"]
+    result["meta"]["load_average_after"] = load_average()
     save()
     fp32 = next(r["perplexity"] for r in rows if r["method"] == "fp32")
     plot(rows, fp32, args.output.with_suffix(".png"))

@@ -33,7 +33,7 @@ from edgekit.simulators.liftquant.codebooks import load_codebook
 from edgekit.simulators.liftquant.search import EXACT_MAX_LIFTED
 from edgekit.utils.files import atomic_write
 from edgekit.utils.parallel import thread_count
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 
 def timed(fn):
@@ -115,7 +115,7 @@ def main() -> None:
              "runs": [time_layer(w, "slices", args.layer),
                       time_layer(w, "fast+local", min(args.layer_rows or args.layer, args.layer))]}
     print(json.dumps(layer), flush=True)
-    meta["load_average_after"] = provenance()["cpu"]["load_average"]
+    meta["load_average_after"] = load_average()
     atomic_write(args.output, json.dumps({"meta": meta, "configs": rows, "layer": layer, "samples": args.samples},
                                          indent=2) + "\n")
     print(f"wrote {args.output}")

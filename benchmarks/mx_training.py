@@ -24,7 +24,7 @@ from seed_stats import interval
 
 from edgekit.models import mx_training, registry
 from edgekit.utils.files import atomic_write
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 
 def plot(runs: list[dict], schemes: list[str], path: Path) -> None:
@@ -86,7 +86,7 @@ def main() -> None:
         excess = row.get("excess_over_bf16")
         print(f"{scheme:18s} {row['validation_cross_entropy']['mean']:.4f} +- {row['validation_cross_entropy']['ci95']:.4f}"
               + (f"  excess over bf16 {excess['mean']:+.4f} +- {excess['ci95']:.4f}" if excess else ""))
-    meta["load_average_after"] = provenance()["cpu"]["load_average"]
+    meta["load_average_after"] = load_average()
     result = {"meta": meta, "config": dataclasses.asdict(config) | {"seed": args.seeds}, "schemes": mx_training.SCHEMES,
               "summary": summary, "clipping_bias": mx_training.clipping_bias(), "runs": runs}
     atomic_write(args.output, json.dumps(result, indent=2) + "\n")

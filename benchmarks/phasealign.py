@@ -20,7 +20,7 @@ from seed_stats import interval
 
 from edgekit.models import phasealign, registry, tiny_clip
 from edgekit.models.studies import get_study
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -65,7 +65,7 @@ def main() -> None:
                                            for m in phasealign.METHODS), flush=True)
         runs.append(result)
     summary = {k: interval([r[k] for r in runs]) for k in runs[0] if k != "seed"}
-    made_with["load_average_after"] = provenance()["cpu"]["load_average"]
+    made_with["load_average_after"] = load_average()
     result = {"provenance": made_with, "command": " ".join(sys.argv),
               "seeds": args.seeds, "config": dataclasses.asdict(config), "methods": phasealign.METHODS,
               "summary": summary, "runs": runs}

@@ -26,7 +26,7 @@ from seed_stats import interval
 from edgekit.models import mdm_samplers, registry, sudoku_mdm
 from edgekit.models.weights import quantized_copy
 from edgekit.simulators import weight_formats as wf
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 # the float reference, and the MX formats of 8-bit INT and 4-bit FP elements
 FORMATS = (wf.REFERENCE, *wf.names("block", lambda r: r.is_mx and (r.element_kind, r.element_bits) in (("int", 8),
@@ -121,7 +121,7 @@ def main() -> None:
     summary = summarise(rows, args.rounds)
     config = dataclasses.asdict(configs[0])
     config.pop("seed")
-    made_with["load_average_after"] = provenance()["cpu"]["load_average"]
+    made_with["load_average_after"] = load_average()
     result = {"provenance": made_with, "command": " ".join(sys.argv), "seeds": args.seeds, "config": config,
               "rounds": args.rounds, "temperatures": args.temperatures, "val_puzzles": args.val_puzzles,
               "test_puzzles": configs[0].eval_puzzles,

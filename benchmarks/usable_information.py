@@ -41,7 +41,7 @@ import torch
 from edgekit.models import registry
 from edgekit.models import usable_information as ui
 from edgekit.models.studies import get_study
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 WIDTHS = (16, 64, 256)  # the widest: B of every pair, the invertible map's z, the quantized network
 PCA_DIMS = 16  # the invertible map's z
@@ -173,7 +173,7 @@ def main():
     invertible = invertible_rows(nets, widths[-1], seeds, args.mlp_steps)
     print("invertible", summarize(invertible, []), flush=True)
     quant = quantization_rows(config, seeds)
-    made_with["load_average_after"] = provenance()["cpu"]["load_average"]
+    made_with["load_average_after"] = load_average()
     result = {"meta": {**made_with, "seeds": seeds, "widths": widths,
                        "config": dataclasses.asdict(config) | {"seed": seeds},
                        "stitch_steps": args.stitch_steps, "mlp_steps": args.mlp_steps,

@@ -79,7 +79,7 @@ def main():
     from edgekit.jobs.compile import export_model
     from edgekit.jobs.graph_eval import evaluate_model_file
     from edgekit.utils.output import atomic_write, json_safe, markdown_table
-    from edgekit.utils.provenance import provenance, require_clean_tree
+    from edgekit.utils.provenance import load_average, provenance, require_clean_tree
     from tests.compilers.user_models import CORPUS, export_onnx, inputs_npz
 
     models = list(CORPUS) if args.models is None else [m.strip() for m in args.models.split(",") if m.strip()]
@@ -136,7 +136,7 @@ def main():
     dynamic = [{"build": label, "batch": 1, "median_ms": statistics.median(r["ms"] for r in dynamic
                                                                              if r["build"] == label)}
                for label in dict.fromkeys(r["build"] for r in dynamic)]
-    meta["load_average_after"] = provenance()["cpu"]["load_average"]
+    meta["load_average_after"] = load_average()
     sections = {"accuracy": accuracy, "builds": builds, "symbolic_batch": dynamic}
     atomic_write(args.output, json.dumps(json_safe({"meta": meta, **sections}), indent=2) + "\n")
     for title, rows in sections.items():

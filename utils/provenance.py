@@ -48,6 +48,14 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages (None where the system has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def cpu_info() -> dict:
     """CPU model, its vector extensions, the cores this process may use, and the load average."""
     model, flags = platform.processor() or "unknown", set()
@@ -60,13 +68,9 @@ def cpu_info() -> dict:
                 flags |= set(value.split())
     except OSError:
         pass
-    try:
-        load = [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        load = None
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {"model": model, "vector_extensions": [f for f in VECTOR_FLAGS if f in flags], "cores": cores,
-            "load_average": load}
+            "load_average": load_average()}
 
 
 _MODELS_USED: list[dict] = []
