@@ -651,7 +651,11 @@ RIESELECT_ROWS = (("fl_rieselect.json", ("full", "random", "topk", "rieselect"),
 
 
 def render_rieselect() -> str:
-    sources, rows = [], []
+    """The methods' table (one row per method and run), then RieSelect's average loss less each other
+    row's at the same budget and against full upload, seed by seed."""
+    from edgekit.jobs.fl import CONTINUAL_TASKS
+
+    sources, rows, per_seed = [], [], {}
     for file, methods, suffix in RIESELECT_ROWS:
         data = load(file)
         sources.append(f"- {source_line(file, data['meta'])}")
@@ -659,14 +663,31 @@ def render_rieselect() -> str:
         for method in methods:
             runs = sorted((r for r in data["runs"] if r["job"]["selection"] == method), key=lambda r: r["job"]["seed"])
             covered = [r["layers_covered"] for r in runs if "layers_covered" in r]
-            rows.append([method + suffix, f"{summary[method]['budget']:g}", summary[method]["average loss"],
+            label, budget = method + suffix, summary[method]["budget"]
+            per_seed[label, budget] = {r["job"]["seed"]: r["average_loss"] for r in runs}
+            task_means = [sum(r["task_losses"][i] for r in runs) / len(runs) for i in range(len(CONTINUAL_TASKS))]
+            rows.append([label, f"{budget:g}", summary[method]["average loss"],
                          " / ".join(f"{r['average_loss']:.3f}" for r in runs),
+                         " / ".join(f"{loss:.3f}" for loss in task_means),
                          f"{float(summary[method]['forgetting']):.3f}", f"{summary[method]['uplink MB']:.2f}",
                          f"{sum(covered) / len(covered):.2f}" if covered else "–"])
+    seeds = sorted(per_seed["full", 1.0])
+    differences = []
+    for budget in sorted({b for _, b in per_seed if b < 1}):
+        mine = per_seed["rieselect", budget]
+        for (label, other_budget), theirs in per_seed.items():
+            if label != "rieselect" and other_budget in (budget, 1.0):
+                delta = [mine[s] - theirs[s] for s in seeds]
+                differences.append([f"{budget:g}", label, f"{other_budget:g}",
+                                    *(f"{d:+.3f}" for d in delta), f"{sum(delta) / len(delta):+.3f}",
+                                    f"{sum(d < 0 for d in delta)} of {len(delta)}"])
     return "\n\n".join([
         "\n".join(sources),
-        table(["method", "budget", "average loss (mean ± SD over seeds)", "per seed", "forgetting", "uplink MB",
-               "covered"], rows),
+        table(["method", "budget", "average loss (mean ± SD over seeds)", "per seed",
+               f"final loss per task ({' / '.join(CONTINUAL_TASKS)}, mean)", "forgetting", "uplink MB", "covered"], rows),
+        "RieSelect's average loss less each other run's, seed by seed (negative: RieSelect lower):",
+        table(["RieSelect budget", "against", "its budget", *(f"seed {s}" for s in seeds), "mean", "RieSelect lower on"],
+              differences),
     ])
 
 
