@@ -211,9 +211,10 @@ def main():
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_diloco.json"))
     args = parser.parse_args()
-    from edgekit.utils.provenance import require_clean_tree
+    from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
     require_clean_tree(args.allow_dirty)
+    meta = provenance(0, threads=1)  # at the start: the code and load the runs began with
     os.environ.setdefault("EDGEKIT_CACHE_DIR", "/tmp/fl-cache")
     unknown = set(args.conditions.split(",")) - set(CONDITIONS)
     if unknown:
@@ -240,12 +241,12 @@ def main():
     from edgekit.jobs.fl import fl_plot, render_summary, run_label
     from edgekit.utils.files import atomic_write
     from edgekit.utils.output import markdown_table
-    from edgekit.utils.provenance import provenance
 
     table, goal, summary = render_summary(runs), goal_check(runs), grid_summary(runs)
     print(markdown_table(table))
     print(markdown_table(goal))
-    atomic_write(args.output, json.dumps({"meta": provenance(0, threads=1), "table": table, "goal": goal, "summary": summary,
+    meta["load_average_after"] = load_average()
+    atomic_write(args.output, json.dumps({"meta": meta, "table": table, "goal": goal, "summary": summary,
                                           "runs": runs}, indent=1) + "\n")
     loss_grid_plot(runs, args.output.with_suffix(".png"))
     for condition in CONDITIONS:

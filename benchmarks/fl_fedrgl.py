@@ -111,9 +111,10 @@ def main():
     from edgekit.federated.choices import NOISES, PLANETOID
     from edgekit.utils.files import atomic_write
     from edgekit.utils.output import markdown_table
-    from edgekit.utils.provenance import provenance, require_clean_tree
+    from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
     require_clean_tree(args.allow_dirty)
+    made_with = provenance(seed=int(args.seeds.split(",")[0]), threads=1)  # at the start: code and load
     graphs = args.graphs.split(",")
     for graph in graphs:
         if graph not in (*PLANETOID, "csbm"):
@@ -192,7 +193,8 @@ def main():
                            **{f"p vs {b}": f"{t[f'fedrgl vs {b}']['p']:.3f}" for b in BASELINES}} for t in table]))
     print(markdown_table([{"graph": a["graph"], "noise": a["noise"],
                            **{s: cell(a[s], a.get(f"{s} vs previous")) for s in ABLATION}} for a in ablation]))
-    result = {"provenance": provenance(seed=seeds[0], threads=1), "command": " ".join(sys.argv),
+    made_with["load_average_after"] = load_average()
+    result = {"provenance": made_with, "command": " ".join(sys.argv),
               "protocol": {"clients": args.clients, "rounds": args.rounds, "seeds": seeds, "tune_seed": args.tune_seed,
                            "split": {"train": 0.4, "validation": 0.2, "test": 0.4}, "base": BASE, "grids": GRIDS,
                            "ablation": ABLATION, "alpha": ALPHA},

@@ -85,9 +85,10 @@ def main():
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_rieselect.json"))
     parser.add_argument("--allow-dirty", action="store_true", help="run on a tree with uncommitted changes")
     args = parser.parse_args()
-    from edgekit.utils.provenance import provenance, require_clean_tree
+    from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
     require_clean_tree(args.allow_dirty)
+    meta = provenance(0, threads=1)  # at the start: the code and load the runs began with
     done_dir = args.output.with_name(f"{args.output.stem}_runs")
     done_dir.mkdir(parents=True, exist_ok=True)
     jobs = [{"selection": selection, "clients": args.clients, "rounds_per_task": args.rounds_per_task,
@@ -112,8 +113,10 @@ def main():
                      "uplink MB": round(float(np.mean([r["uplink_bytes"] for r in mine])) / 1e6, 3),
                      "layers sent": round(float(np.mean([r["layer_fraction"] for r in mine])), 3)})
     print(markdown_table(rows))
-    atomic_write(args.output, json.dumps({"meta": provenance(0, threads=1), "arguments": {**vars(args), "output": str(args.output)},
-                                          "table": rows, "runs": runs}, indent=1) + "\n")
+    meta["load_average_after"] = load_average()
+    arguments = {**vars(args), "output": str(args.output)}
+    atomic_write(args.output, json.dumps({"meta": meta, "arguments": arguments, "table": rows, "runs": runs},
+                                         indent=1) + "\n")
     print(f"wrote {args.output}")
 
 

@@ -22,7 +22,8 @@ import torch
 from seed_stats import interval
 
 from edgekit.models import ossd, registry
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.files import atomic_write
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 
 def run_seed(seed: int, overrides: dict) -> dict:
@@ -69,17 +70,19 @@ def main() -> None:
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/ossd.json"))
     args = parser.parse_args()
     require_clean_tree(args.allow_dirty)
+    made_with = provenance(seed=args.seeds[0], threads=1)  # at the start: the code and load the runs began
     overrides = registry.parse_config_items(args.config)
     registry.make_config("ossd", overrides)  # a bad override fails here, before any training
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
         runs = list(pool.map(run_seed, args.seeds, [overrides] * len(args.seeds)))
     summary = {k: interval([r[k] for r in runs]) for k in runs[0] if k != "seed"}
     config = registry.make_config("ossd", {**overrides, "seed": args.seeds[0]})
-    result = {"provenance": provenance(seed=args.seeds[0], threads=1), "command": " ".join(sys.argv),
+    made_with["load_average_after"] = load_average()
+    result = {"provenance": made_with, "command": " ".join(sys.argv),
               "seeds": args.seeds, "config": dataclasses.asdict(config), "variants": ossd.VARIANTS,
               "summary": summary, "runs": runs}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write(args.output, json.dumps(result, indent=2) + "\n")
     plot(summary, args.output.with_suffix(".png"))
     print(f"wrote {args.output} and {args.output.with_suffix('.png')}")
 
