@@ -13,6 +13,7 @@ GRAPHS = ("csbm", *PLANETOID)  # csbm is generated; the Planetoid graphs are rea
 NOISES = ("uniform", "pair")
 GRAPH_METHODS = ("fedavg", "fedprox", "fedavg+filter", "fedrgl")
 SELECTIONS = ("full", "random", "topk", "rieselect")
+BASINS = ("moving", "fixed")  # RieSelect's safe basin: P <= P(theta) + growth each step, or P <= radius
 
 
 def compressions() -> tuple[str, ...]:

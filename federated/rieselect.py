@@ -23,11 +23,14 @@ of its layers (here: parameter tensors), its update ``local - global``. Selectio
   independent knapsacks (``overlap_weight=1``) all sent the same few layers.
 
 The server averages each layer's updates over the clients that sent it (a layer nobody
-sent stays). For ``rieselect`` it then caps the step: the update ``d`` is applied as
-``theta + eta d`` with the largest ``eta <= 1`` (closed form: a quadratic in ``eta``) that
-keeps ``P = sum_t 1/2 sum F_t (theta + eta d - theta*_t)^2`` inside the safe basin of this
-round, ``P <= P(theta) + growth``. The basin moves with the model: a fixed one (``P <= basin``)
-let no step grow ``P`` once the model had left it, and the newest task stopped learning. Each client
+sent stays). For ``rieselect`` it then certifies the step: the update ``d`` is applied as
+``theta + eta d`` with the largest ``eta <= 1`` that keeps ``P = sum_t 1/2 sum F_t (theta + eta d -
+theta*_t)^2`` inside the safe basin (closed form: :func:`safe_step`). The paper's basin is fixed,
+``P <= radius`` (``basin="fixed"``): under the quadratic model ``P`` is the loss increase the
+earlier tasks have taken, and the basin bounds it for the whole run. A scaled step cannot slide
+along the basin's boundary, so once the model reaches it every update with an outward component
+gets ``eta = 0``; ``basin="moving"`` (``P <= P(theta) + growth`` each round) bounds each step's
+increase instead and always moves. Each client
 computes its Fisher diagonal of a finished task in the first round of the next one, at the
 global model it receives, and keeps it for its own risk scores. For the server's cap it
 uploads only its shard of that Fisher (the layers :func:`fisher_shards` gives it: one
@@ -50,7 +53,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from torch import nn
 
-from .choices import SELECTIONS
+from .choices import BASINS, SELECTIONS
 from .compression import from_record, packed_nbytes, to_record
 from .engine import GlobalModelStrategy, RunResult, run_rounds
 from .links import LinkSpec, Network
@@ -72,7 +75,8 @@ class ContinualWorkload:
     sample_losses: ``(model, task, partition, step) -> (batch,) losses`` of one batch of that
     client's share of the task, each sample's loss the mean over its ``observations``
     predictions (a window's next-byte losses for the LM); the training loss is their mean.
-    evaluate: ``(model, task) -> loss`` on the task's held-out data.
+    evaluate: ``(model, task) -> loss`` on the task's validation data (what hyperparameters are chosen on).
+    test: the same on the task's test data, where the workload has it (scored, never tuned on).
     """
 
     build_model: Callable[[], nn.Module]
@@ -82,6 +86,7 @@ class ContinualWorkload:
     observations: int = 1
     lr: float = 3e-3
     flops_per_step: float = 1e6
+    test: Callable[[nn.Module, int], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,15 +99,21 @@ class ContinualSettings:
     risk_weight: float = 1.0
     overlap_weight: float = 0.0  # rieselect: a layer outside this round's share of the client is worth this much
     coordinated: bool = False  # random, topk: this round's share first (rieselect's coverage, without its knapsack)
-    growth: float = 0.01  # nats: the second-order loss increase on earlier tasks one server step may add
+    basin: str = "moving"
+    growth: float = 0.01  # nats, moving basin: the second-order loss increase on earlier tasks one step may add
+    radius: float = 0.1  # nats, fixed basin: the second-order loss increase on earlier tasks the model may carry
     fisher_batches: int = 4
     seed: int = 0
 
     def __post_init__(self):
         if self.selection not in SELECTIONS:
             raise ValueError(f"unknown selection {self.selection!r}; allowed: {', '.join(SELECTIONS)}")
+        if self.basin not in BASINS:
+            raise ValueError(f"unknown basin {self.basin!r}; allowed: {', '.join(BASINS)}")
         if not self.growth > 0:  # at 0 a model far from earlier solutions could stop learning
             raise ValueError(f"growth must be positive, got {self.growth}")
+        if not self.radius > 0:
+            raise ValueError(f"radius must be positive, got {self.radius}")
         if not 0.0 <= self.overlap_weight <= 1.0:
             raise ValueError(f"overlap_weight must be in [0, 1], got {self.overlap_weight}")
         if not 0.0 < self.budget_fraction <= 1.0:
@@ -160,12 +171,23 @@ def penalty_increase(start: dict, delta: dict, anchors: Sequence[tuple[dict, dic
     return total
 
 
-def safe_step(params: dict, direction: dict, anchors: Sequence[tuple[dict, dict]], growth: float) -> float:
-    """The largest ``eta`` in [0, 1] whose step raises ``P(theta) = sum_t 1/2 sum F_t (theta - theta*_t)^2``
-    by at most ``growth``: ``P(params + eta d) - P(params) = a eta^2 + b eta <= growth``, a quadratic's root.
-    A bound on each round's increase rather than on ``P`` itself, so a model already far from earlier
-    tasks' solutions still takes a positive step (with ``growth > 0``). The sum runs over every layer
-    with a Fisher; one with none is not capped."""
+def penalty_by_task(params: dict, anchors: Sequence[tuple[dict, dict]]) -> list[float]:
+    """``1/2 sum F_t (theta - theta*_t)^2`` of each earlier task ``t``: under the quadratic model, how much
+    its loss has risen since its solution (nats per prediction). Layers with no Fisher add nothing."""
+    return [sum(0.5 * float(np.sum(f.astype(np.float64) * (params[n] - anchor[n]).astype(np.float64) ** 2))
+                for n, f in fisher.items() if n in params) for fisher, anchor in anchors]
+
+
+def safe_step(params: dict, direction: dict, anchors: Sequence[tuple[dict, dict]], slack: float) -> float:
+    """The largest ``eta`` in [0, 1] whose step raises ``P = sum_t 1/2 sum F_t (theta - theta*_t)^2`` by at
+    most ``slack``, 0 where there is none.
+
+    ``P(params + eta d) - P(params) = a eta^2 + b eta`` with ``a = 1/2 sum_t d.F_t d >= 0`` and
+    ``b = sum_t d.F_t (params - theta*_t)``; the set of ``eta >= 0`` where it is at most ``slack`` is
+    ``[0, eta+]`` (or, for a negative slack, ``[eta-, eta+]``), ``eta+`` the larger root of
+    ``a eta^2 + b eta - slack``. A fixed basin ``P <= radius`` takes ``slack = radius - P(params)``;
+    a moving one ``slack = growth``. The sum runs over every layer with a Fisher; one with none is not
+    capped."""
     a = b = 0.0
     for fisher, anchor in anchors:
         for name, d in direction.items():
@@ -174,9 +196,16 @@ def safe_step(params: dict, direction: dict, anchors: Sequence[tuple[dict, dict]
             f, d = fisher[name].astype(np.float64), d.astype(np.float64)
             a += 0.5 * float(np.sum(f * d * d))
             b += float(np.sum(f * d * (params[name] - anchor[name]).astype(np.float64)))
-    if a <= 0 or a + b <= growth:
+    if a <= 0:  # then b = 0 too: the step does not change P
         return 1.0
-    return 2 * growth / (b + math.sqrt(b * b + 4 * a * growth))  # the root in (0, 1), free of cancellation
+    if a + b <= slack:
+        return 1.0
+    disc = b * b + 4 * a * slack
+    if disc < 0:  # outside the basin and the line never re-enters it
+        return 0.0
+    # both forms are the larger root; each is free of cancellation for its sign of b
+    root = 2 * slack / (b + math.sqrt(disc)) if b > 0 else (-b + math.sqrt(disc)) / (2 * a)
+    return max(0.0, min(1.0, root))
 
 
 def fisher_diagonal(workload: ContinualWorkload, model: nn.Module, task: int, partition: int,
@@ -364,12 +393,14 @@ class ContinualFL(GlobalModelStrategy):
             sent = [u[name] for u in updates if name in u]
             if sent:
                 direction[name] = np.mean(sent, axis=0).astype(np.float32)
-        eta = 1.0
-        if self.settings.selection == "rieselect" and self.fishers and direction:
-            eta = safe_step(self.params, direction, list(zip(self.fishers, self.anchors)), self.settings.growth)
+        eta, anchors = 1.0, list(zip(self.fishers, self.anchors))
+        before = sum(penalty_by_task(self.params, anchors))
+        if self.settings.selection == "rieselect" and anchors and direction:
+            slack = self.settings.growth if self.settings.basin == "moving" else self.settings.radius - before
+            eta = safe_step(self.params, direction, anchors, slack)
         for name, d in direction.items():
             self.params[name] = (self.params[name] + np.float32(eta) * d).astype(np.float32)
-        self.last_metrics = {"step": eta, "layers_updated": len(direction),
+        self.last_metrics = {"step": eta, "penalty": before, "layers_updated": len(direction),
                              "layer_fraction": float(np.mean([float(r.content["metrics"]["layer_fraction"])
                                                               for r in replies])) if replies else 0.0}
         return None, MetricRecord({"updates": len(replies)})
@@ -397,8 +428,10 @@ def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, g
                   network: Network | None = None, deadline: Callable[[ContinualFL], float] | None = None,
                   on_round: Callable[[RoundRecord], None] | None = None, checkpoint: str | None = None,
                   config: dict | None = None) -> tuple[RunResult, NetworkGrid, dict]:
-    """Every task in order; (the run, its grid, the summary: average final loss over tasks,
-    forgetting, uplink bytes, the mean fraction of layers sent and the server's steps).
+    """Every task in order; (the run, its grid, the summary: average final validation loss over tasks
+    and forgetting (under ``test``, the same on test data where the workload has it), uplink bytes,
+    the mean fraction of layers sent, the server's steps with the Fisher penalty ``P`` before each,
+    and each earlier task's penalty at the end).
 
     It runs on ``grid`` (say, the simulated network over a Flower engine's grid, whose nodes'
     ClientApp has :func:`register_client`'s handler), else on the in-process engine over
@@ -423,23 +456,34 @@ def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, g
         model = model_holding(workload, "evaluate", arrays).eval()
         with torch.no_grad():
             losses = [float(workload.evaluate(model, t)) for t in range(workload.num_tasks)]
-        return {"loss": float(np.mean(losses)), "task_losses": losses}
+            tests = [float(workload.test(model, t)) for t in range(workload.num_tasks)] if workload.test else None
+        return {"loss": float(np.mean(losses)), "task_losses": losses, **({"test_task_losses": tests} if tests else {})}
 
     rounds = workload.num_tasks * settings.rounds_per_task
     result = run_rounds(strategy, grid, rounds, timeout=timeout, evaluate=evaluate,
                         eval_every=settings.rounds_per_task, checkpoint=checkpoint,
                         config={**(config or {}), "method_settings": asdict(settings), "rounds": rounds},
                         on_round=on_round)
-    by_round = {r.round: r.metrics["eval"]["task_losses"] for r in result.records if "eval" in r.metrics}
-    final = by_round[rounds]
-    at_end = [by_round[(t + 1) * settings.rounds_per_task][t] for t in range(workload.num_tasks)]
-    forgetting = [final[t] - at_end[t] for t in range(workload.num_tasks - 1)]
     trained = result.records[1:]
-    summary = {"average_loss": float(np.mean(final)), "forgetting": float(np.mean(forgetting)) if forgetting else 0.0,
-               "forgetting_by_task": forgetting, "uplink_bytes": sum(grid.bytes.up.values()), "task_losses": final,
-               "loss_when_learned": at_end,
+    summary = {**_task_summary(result.records, "task_losses", settings.rounds_per_task, workload.num_tasks),
+               "uplink_bytes": sum(grid.bytes.up.values()),
                "layer_fraction": float(np.mean([r.metrics["layer_fraction"] for r in trained])),
                "layers_covered": float(np.mean([r.metrics["layers_updated"] for r in trained])) / len(initial),
-               "steps": [r.metrics.get("step") for r in trained]}
+               "steps": [r.metrics.get("step") for r in trained],
+               "penalties": [r.metrics.get("penalty") for r in trained],
+               "penalty_by_task": penalty_by_task(strategy.params, list(zip(strategy.fishers, strategy.anchors)))}
+    if workload.test:
+        summary["test"] = _task_summary(result.records, "test_task_losses", settings.rounds_per_task,
+                                        workload.num_tasks)
     result.summary["deadline_s"] = timeout
     return result, grid, summary
+
+
+def _task_summary(records: list[RoundRecord], key: str, rounds_per_task: int, num_tasks: int) -> dict:
+    """Average final loss over tasks and forgetting, from the evaluations under ``key``."""
+    by_round = {r.round: r.metrics["eval"][key] for r in records if "eval" in r.metrics}
+    final = by_round[num_tasks * rounds_per_task]
+    at_end = [by_round[(t + 1) * rounds_per_task][t] for t in range(num_tasks)]
+    forgetting = [final[t] - at_end[t] for t in range(num_tasks - 1)]
+    return {"average_loss": float(np.mean(final)), "forgetting": float(np.mean(forgetting)) if forgetting else 0.0,
+            "forgetting_by_task": forgetting, "task_losses": final, "loss_when_learned": at_end}

@@ -142,33 +142,38 @@ def workload_for(settings: RunSettings) -> Workload:
 
 
 CONTINUAL_TASKS = ("email", "asyncio", "encodings")  # three corners of the stdlib, learned in this order
-CONTINUAL_VAL_EVERY = 7  # every 7th file of a task (sorted by path) is validation data
+CONTINUAL_HELD_OUT_EVERY = 7  # every 7th file of a task (sorted by path) is held out: validation, then test
 
 
 def continual_lm_workload(clients: int, tasks: tuple[str, ...] = CONTINUAL_TASKS, seed: int = 0,
                           model_config: str = "") -> ContinualWorkload:
     """The byte-level LM learning stdlib packages one after another (RieSelect's tasks).
 
-    Task ``t`` is the ``.py`` files of package ``tasks[t]``; every ``CONTINUAL_VAL_EVERY``-th file
-    is its validation data (``eval_windows`` fixed windows), the others are dealt to the
-    clients file by file (file ``k`` to client ``k mod clients``)."""
+    Task ``t`` is the ``.py`` files of package ``tasks[t]``; every ``CONTINUAL_HELD_OUT_EVERY``-th
+    file is held out, the first half of their bytes validation data and the second half test data
+    (``eval_windows`` fixed windows each); the others are dealt to the clients file by file (file
+    ``k`` to client ``k mod clients``)."""
     config = make_config("lm", {"seed": seed, **parse_config_items(model_config.split())}, tiny=True)
     root = Path(sysconfig.get_paths()["stdlib"])
-    shares, validation = [], []
+    shares, held_out = [], {"validation": [], "test": []}
     for task in tasks:
         files = [p for p in lm.stdlib_files(root) if p.relative_to(root).parts[0] == task]
         if not files:
             raise ValueError(f"no stdlib files under {task!r}: tasks are stdlib package names, e.g. {CONTINUAL_TASKS}")
-        val, train = files[::CONTINUAL_VAL_EVERY], [p for i, p in enumerate(files) if i % CONTINUAL_VAL_EVERY]
+        held = files[::CONTINUAL_HELD_OUT_EVERY]
+        train = [p for i, p in enumerate(files) if i % CONTINUAL_HELD_OUT_EVERY]
         per_client = [torch.from_numpy(lm.encode(b"".join(p.read_bytes() for p in train[c::clients])).astype(np.int64))
                       for c in range(clients)]
-        if min(len(d) for d in per_client) < config.seq_len + 2 or not val:
-            raise ValueError(f"task {task!r} has too little source for {clients} clients and a validation split")
+        held_bytes = torch.from_numpy(lm.encode(b"".join(p.read_bytes() for p in held)).astype(np.int64))
+        if min(len(d) for d in per_client) < config.seq_len + 2 or len(held_bytes) < 2 * config.seq_len + 4:
+            raise ValueError(f"task {task!r} has too little source for {clients} clients and held-out data")
         shares.append(per_client)
-        data = torch.from_numpy(lm.encode(b"".join(p.read_bytes() for p in val)).astype(np.int64))
-        rng = np.random.default_rng([seed, len(validation)])
-        starts = torch.from_numpy(rng.integers(0, len(data) - config.seq_len - 1, config.eval_windows))
-        validation.append(data[starts[:, None] + torch.arange(config.seq_len + 1)])
+        for k, windows in enumerate(held_out.values()):
+            half = len(held_bytes) // 2
+            data = held_bytes[k * half:(k + 1) * half]
+            rng = np.random.default_rng([seed, len(windows), k])
+            starts = torch.from_numpy(rng.integers(0, len(data) - config.seq_len - 1, config.eval_windows))
+            windows.append(data[starts[:, None] + torch.arange(config.seq_len + 1)])
 
     def build():
         torch.manual_seed(config.seed)
@@ -178,13 +183,15 @@ def continual_lm_workload(clients: int, tasks: tuple[str, ...] = CONTINUAL_TASKS
         rng = np.random.default_rng([config.seed, task, partition, step + 2**31])  # steps may be negative
         return window_loss(model, shares[task][partition], config, rng, per_window=True)
 
-    def evaluate(model, task):
-        window = validation[task]
-        logits = model(window[:, :-1])
-        return float(F.cross_entropy(logits.reshape(-1, lm.VOCAB), window[:, 1:].reshape(-1)))
+    def held_out_loss(split):
+        def loss(model, task):
+            window = held_out[split][task]
+            logits = model(window[:, :-1])
+            return float(F.cross_entropy(logits.reshape(-1, lm.VOCAB), window[:, 1:].reshape(-1)))
+        return loss
 
-    return ContinualWorkload(build, sample_losses, evaluate, len(tasks), observations=config.seq_len, lr=config.lr,
-                             flops_per_step=step_flops(config))
+    return ContinualWorkload(build, sample_losses, held_out_loss("validation"), len(tasks), observations=config.seq_len,
+                             lr=config.lr, flops_per_step=step_flops(config), test=held_out_loss("test"))
 
 
 @lru_cache(maxsize=2)

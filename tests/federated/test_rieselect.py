@@ -24,6 +24,7 @@ from edgekit.federated.rieselect import (
     greedy_fill,
     knapsack,
     layer_utilities,
+    penalty_by_task,
     round_share,
     run_continual,
     safe_step,
@@ -58,9 +59,59 @@ def test_safe_step_bounds_the_penalty_growth_of_one_step():
         return 0.5 * float(np.sum(fisher["w"] * (params["w"] + eta * direction["w"] - anchor["w"]) ** 2))
 
     now = penalty(0.0)
-    eta = safe_step(params, direction, anchors, growth=1.0)
+    eta = safe_step(params, direction, anchors, slack=1.0)
     assert 0 < eta < 1 and penalty(eta) == pytest.approx(now + 1.0)  # capped exactly at this round's bound
-    assert safe_step(params, direction, anchors, growth=1e9) == 1.0  # a loose bound: the whole step
+    assert safe_step(params, direction, anchors, slack=1e9) == 1.0  # a loose bound: the whole step
+
+
+def _random_quadratic(seed, tasks=3, n=40):
+    rng = np.random.default_rng(seed)
+    anchors = [({"w": rng.random(n), "v": rng.random(n) * 3}, {"w": rng.normal(size=n) * 0.1, "v": rng.normal(size=n)})
+               for _ in range(tasks)]
+    params = {"w": rng.normal(size=n) * 0.1, "v": rng.normal(size=n) * 0.3}
+    return params, {k: rng.normal(size=n) for k in params}, anchors
+
+
+def _moved(params, direction, eta):
+    return {k: params[k] + eta * direction[k] for k in params}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_certified_step_stays_in_the_fixed_basin_and_a_larger_one_leaves(seed):
+    params, direction, anchors = _random_quadratic(seed)
+    inside = sum(penalty_by_task(params, anchors))
+    radius = inside * (1.05 + seed / 10)  # a model inside the basin, with room to move
+    eta = safe_step(params, direction, anchors, radius - inside)
+    after = sum(penalty_by_task(_moved(params, direction, eta), anchors))
+    if eta == 1.0:
+        assert after <= radius
+    else:
+        assert 0 < eta < 1 and after == pytest.approx(radius, rel=1e-9)  # on the boundary, under the quadratic P
+        assert sum(penalty_by_task(_moved(params, direction, 1.01 * eta), anchors)) > radius
+        assert all(sum(penalty_by_task(_moved(params, direction, e), anchors)) <= radius * (1 + 1e-12)
+                   for e in np.linspace(0, eta, 9))  # and the whole segment up to it is inside
+
+
+def test_on_the_fixed_basins_boundary_only_inward_steps_move():
+    params, direction, anchors = _random_quadratic(0)
+    radius = sum(penalty_by_task(params, anchors))
+    gradient = {k: sum(f[k] * (params[k] - a[k]) for f, a in anchors) for k in params}  # of P
+    outward = {k: direction[k] + gradient[k] * 10 for k in params}
+    assert sum(float(np.sum(gradient[k] * outward[k])) for k in params) > 0
+    assert safe_step(params, outward, anchors, 0.0) == 0.0  # the stall: a scaled step cannot slide along it
+    inward = {k: -gradient[k] for k in params}
+    eta = safe_step(params, inward, anchors, 0.0)
+    assert eta > 0 and sum(penalty_by_task(_moved(params, inward, eta), anchors)) <= radius
+
+
+def test_outside_the_fixed_basin_a_step_counts_only_where_it_re_enters():
+    fisher, anchor = {"w": np.ones(2)}, {"w": np.zeros(2)}
+    params = {"w": np.array([2.0, 0.0])}  # P = 2, radius 0.5: outside
+    back = safe_step(params, {"w": np.array([-2.0, 0.0])}, [(fisher, anchor)], 0.5 - 2.0)
+    assert back == 1.0  # lands on the anchor, P = 0
+    across = safe_step(params, {"w": np.array([-4.0, 0.0])}, [(fisher, anchor)], 0.5 - 2.0)
+    assert across == pytest.approx(0.75)  # the far edge of the basin, w = -1: P = 0.5
+    assert safe_step(params, {"w": np.array([1.0, 0.0])}, [(fisher, anchor)], 0.5 - 2.0) == 0.0
 
 
 def test_safe_step_keeps_learning_far_from_earlier_solutions():
@@ -68,10 +119,10 @@ def test_safe_step_keeps_learning_far_from_earlier_solutions():
     fisher = {"w": np.ones(4), "v": np.ones(4)}
     anchor = {"w": np.zeros(4), "v": np.zeros(4)}
     params = {"w": np.full(4, 0.1), "v": np.full(4, 3.0)}
-    eta = safe_step(params, {"w": np.ones(4)}, [(fisher, anchor)], growth=0.48)
+    eta = safe_step(params, {"w": np.ones(4)}, [(fisher, anchor)], slack=0.48)
     # "v" adds nothing to the growth; "w" grows by 2 (0.1 + eta)^2 - 0.02 = 0.48 at eta = 0.4
     assert eta == pytest.approx(0.4)
-    assert safe_step(params, {"w": np.full(4, -0.1)}, [(fisher, anchor)], growth=0.48) == 1.0  # inward: uncapped
+    assert safe_step(params, {"w": np.full(4, -0.1)}, [(fisher, anchor)], slack=0.48) == 1.0  # inward: uncapped
 
 
 def test_fisher_is_the_hessian_of_the_per_prediction_loss():
@@ -245,14 +296,15 @@ def test_selective_uplink_on_the_engine():
     workload = toy_continual(3)
     runs = {}
     for name, kwargs in [("full", {}), ("random", {}), ("topk", {}), ("rieselect", {}),
-                         ("capped", {"selection": "rieselect", "risk_weight": 0.0, "growth": 1e-3})]:
+                         ("capped", {"selection": "rieselect", "risk_weight": 0.0, "growth": 1e-3}),
+                         ("fixed", {"selection": "rieselect", "risk_weight": 0.0, "basin": "fixed", "radius": 0.01})]:
         settings = ContinualSettings(**{"selection": name, **kwargs}, clients=3, rounds_per_task=3, local_steps=8,
                                      budget_fraction=0.5)
         result, _, summary = run_continual(settings, workload)
         assert all(r.used == [0, 1, 2] and not r.rejected for r in result.records[1:])  # partial updates pass
         runs[name] = (result, summary)
     full = runs["full"][1]
-    for name in ("random", "topk", "rieselect", "capped"):
+    for name in ("random", "topk", "rieselect", "capped", "fixed"):
         result, summary = runs[name]
         # half of each update (for RieSelect its Fisher shards included), plus framing
         assert summary["uplink_bytes"] < 0.7 * full["uplink_bytes"]
@@ -264,6 +316,10 @@ def test_selective_uplink_on_the_engine():
     steps = [r.metrics["step"] for r in runs["capped"][0].records[1:]]
     assert steps[:3] == [1.0, 1.0, 1.0] and min(steps) < 0.5
     assert runs["capped"][1]["forgetting"] < 0.5 * full["forgetting"]
+    # the fixed basin: P never leaves it, and once P reaches the radius the outward steps are refused
+    fixed = runs["fixed"][1]
+    assert max(fixed["penalties"]) <= 0.01 * (1 + 1e-6) and sum(fixed["penalty_by_task"]) <= 0.01 * (1 + 1e-6)
+    assert fixed["steps"][:3] == [1.0, 1.0, 1.0] and fixed["steps"][-1] == 0.0
 
 
 def test_lm_tasks_from_the_stdlib():
@@ -276,5 +332,17 @@ def test_lm_tasks_from_the_stdlib():
     # the packages differ: a model that has learned a little scores the tasks differently
     assert len(set(np.round(summary["task_losses"], 3))) == 3 and all(0 < x < 6 for x in summary["task_losses"])
     assert summary["uplink_bytes"] == sum(grid.bytes.up.values()) > 0
+    # validation and test: different held-out files, scored alike
+    assert len(summary["test"]["task_losses"]) == 3 and summary["test"]["task_losses"] != summary["task_losses"]
+    assert all(abs(t - v) < 0.5 for t, v in zip(summary["test"]["task_losses"], summary["task_losses"]))
     with pytest.raises(ValueError, match="no stdlib files under 'nosuchpackage'"):
         continual_lm_workload(2, ("nosuchpackage",))
+
+
+def test_bad_settings_name_the_parameter():
+    with pytest.raises(ValueError, match="unknown basin 'round'; allowed: moving, fixed"):
+        ContinualSettings(basin="round")
+    with pytest.raises(ValueError, match="radius must be positive, got 0"):
+        ContinualSettings(basin="fixed", radius=0)
+    with pytest.raises(ValueError, match="unknown selection 'all'; allowed: full, random, topk, rieselect"):
+        ContinualSettings(selection="all")
