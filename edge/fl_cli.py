@@ -9,6 +9,7 @@ import click
 from click.core import ParameterSource
 
 from edgekit.federated.choices import (
+    BASINS,
     ENGINES,
     GRAPH_METHODS,
     GRAPHS,
@@ -58,7 +59,7 @@ ONLY_FOR = {"mixing_steps": ("gossip",), "topology": ("gossip",), "mixing": ("go
             "compression": ("diloco", "gossip"), "eval_every": ("diloco", "gossip"),
             "config_items": ("diloco", "gossip", "rieselect"),
             **dict.fromkeys(("graph", "planetoid", "noise", "noise_rate", "warmup", "graph_method"), ("fedrgl",)),
-            **dict.fromkeys(("tasks", "budget", "selection"), ("rieselect",))}
+            **dict.fromkeys(("tasks", "budget", "selection", "basin", "radius"), ("rieselect",))}
 # Per-method defaults of --inner-steps and --rounds (FedRGL: past its 10 warm-up rounds;
 # RieSelect: rounds per task)
 DEFAULT_INNER_STEPS = {"diloco": 20, "gossip": 20, "fedrgl": 5, "rieselect": 10}
@@ -158,6 +159,11 @@ def fl():
               help="rieselect: fraction of an update's bytes a client may upload per round.")
 @click.option("--selection", type=click.Choice(SELECTIONS), default="rieselect", show_default=True,
               help="rieselect: which layers to upload: RieSelect, or a baseline (every layer, random, top-k by norm).")
+@click.option("--basin", type=click.Choice(BASINS), default="moving", show_default=True,
+              help="rieselect: the server's safe basin: P <= P(model) + 0.01 nats each round (moving), or the "
+                   "paper's P <= --radius for the whole run (fixed), P the Fisher penalty of earlier tasks.")
+@click.option("--radius", type=click.FloatRange(0.0, min_open=True), default=0.1, show_default=True,
+              help="rieselect, --basin fixed: the loss increase on earlier tasks (nats, quadratic model) it allows.")
 @click.option("--engine", type=click.Choice(ENGINES), default="inproc", show_default=True,
               help="In process over the simulated network, Flower's simulation engine (Ray), or its deployment "
                    "engine (a SuperLink and SuperNodes on loopback).")
@@ -187,7 +193,7 @@ def fl():
 def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixing, compression, bandwidth, latency,
         jitter, drop, outage, outage_period, device, efficiency, straggler, straggler_slowdown, deadline, seed,
         config_items, eval_every, graph, planetoid, noise, noise_rate, warmup, graph_method, tasks, budget, selection,
-        engine, superlink, root_certificates, ssl_ca_certfile, ssl_certfile, ssl_keyfile, checkpoint, threads, output):
+        basin, radius, engine, superlink, root_certificates, ssl_ca_certfile, ssl_certfile, ssl_keyfile, checkpoint, threads, output):
     """Train with METHOD across simulated edge devices; write a JSON + PNG report.
 
     diloco and gossip train the byte-level LM; fedrgl trains a GCN on a graph's Louvain
@@ -217,6 +223,8 @@ def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixin
         raise click.BadParameter("verifies a running SuperLink: give --superlink too", param_hint="--root-certificates")
     tls = tls_files(engine, superlink, ssl_ca_certfile, ssl_certfile, ssl_keyfile)
     reject_foreign_options(ctx, method)
+    if basin != "fixed" and ctx.get_parameter_source("radius") is not ParameterSource.DEFAULT:
+        raise click.BadParameter("applies to --basin fixed only", param_hint="--radius")
     if rounds is None:
         rounds = (DEFAULT_ROUNDS_PER_TASK * max(len(split_tasks(tasks)), 1) if method == "rieselect"
                   else DEFAULT_ROUNDS[method])
@@ -236,7 +244,8 @@ def run(ctx, method, clients, rounds, inner_steps, mixing_steps, topology, mixin
                                model_config=" ".join(config_items), eval_every=eval_every, graph=graph,
                                planetoid=str(planetoid.resolve()) if planetoid else "", noise=noise,
                                noise_rate=noise_rate, warmup=warmup, graph_method=graph_method, tasks=tasks,
-                               budget=budget, selection=selection, threads=threads)
+                               budget=budget, selection=selection, basin=basin,
+                               radius=radius, threads=threads)
     except ValueError as err:
         raise click.UsageError(str(err)) from None
     bar = tqdm(total=rounds, desc=f"fl {method}", unit="round", dynamic_ncols=True)

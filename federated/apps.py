@@ -32,7 +32,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.supercore import log as flwr_log
 
 from . import diloco, gossip
-from .choices import GRAPH_METHODS, GRAPHS, METHOD_NAMES, NOISES, SELECTIONS, split_tasks
+from .choices import BASINS, GRAPH_METHODS, GRAPHS, METHOD_NAMES, NOISES, SELECTIONS, split_tasks
 from .compression import check_compression, packed_nbytes
 from .engine import EdgeStrategy, RunResult, resumable, run_rounds
 from .flower_grid import FlowerNodes, carry_state, register_partition_query
@@ -56,7 +56,8 @@ class RunSettings:
     ``inner_steps`` local epochs; ``rieselect`` learns the comma-separated stdlib packages
     ``tasks`` in order, ``rounds / len(tasks)`` rounds each, uploading ``budget`` of each
     update's bytes as ``selection`` (RieSelect or a baseline) picks, with ``inner_steps``
-    local steps. Other methods ignore these."""
+    local steps, RieSelect's server step certified inside a ``basin`` (fixed: ``radius`` nats).
+    Other methods ignore these."""
 
     method: str = "diloco"
     clients: int = 8
@@ -91,6 +92,8 @@ class RunSettings:
     tasks: str = "email,asyncio,encodings"
     budget: float = 0.25
     selection: str = "rieselect"
+    basin: str = "moving"
+    radius: float = 0.1
     # PyTorch threads of every process that trains or evaluates: float sums split over threads
     # round differently, so the same run on another engine must use the same number
     threads: int = 1
@@ -101,7 +104,7 @@ class RunSettings:
         if self.method not in METHOD_NAMES:
             raise ValueError(f"unknown method {self.method!r}; allowed: {', '.join(METHOD_NAMES)}")
         for name, allowed in (("graph", GRAPHS), ("noise", NOISES), ("graph_method", GRAPH_METHODS),
-                              ("selection", SELECTIONS)):
+                              ("selection", SELECTIONS), ("basin", BASINS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"unknown {name} {getattr(self, name)!r}; allowed: {', '.join(allowed)}")
         if self.method == "rieselect" and not self.task_names:
@@ -109,6 +112,8 @@ class RunSettings:
         if self.method == "rieselect" and self.rounds % len(self.task_names):
             raise ValueError(f"rounds ({self.rounds}) must be a multiple of the number of tasks "
                              f"({len(self.task_names)}: {', '.join(self.task_names)}); each task gets the same rounds")
+        if not self.radius > 0:
+            raise ValueError(f"radius must be positive nats, got {self.radius}")
         for name in ("clients", "rounds", "inner_steps", "eval_every", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -424,6 +424,17 @@ class ContinualFL(GlobalModelStrategy):
         self.fishers, self.anchors = list(state["fishers"]), list(state["anchors"])
 
 
+def check_budget(settings: ContinualSettings, shapes: dict[str, tuple]) -> None:
+    """A selective method's byte budget must hold at least the model's smallest layer; below it no
+    client could send anything and the federation would not learn."""
+    sizes = [packed_nbytes(shape, "none") for shape in shapes.values()]
+    budget = settings.budget_fraction * sum(sizes)
+    if settings.selection != "full" and budget < min(sizes):
+        raise ValueError(f"budget {settings.budget_fraction:g} of an update gives {int(budget)} bytes per client and "
+                         f"round, below the smallest layer ({min(sizes)} bytes); allowed: at least "
+                         f"{min(sizes) / sum(sizes):.2g}")
+
+
 def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, grid: NetworkGrid | None = None,
                   network: Network | None = None, deadline: Callable[[ContinualFL], float] | None = None,
                   on_round: Callable[[RoundRecord], None] | None = None, checkpoint: str | None = None,
@@ -444,6 +455,7 @@ def run_continual(settings: ContinualSettings, workload: ContinualWorkload, *, g
     Forgetting of task ``t``: its loss at the end of the run minus its loss when its own
     rounds ended, averaged over every task but the last (``forgetting_by_task``: each)."""
     initial = parameters_of(workload.build_model())
+    check_budget(settings, {n: v.shape for n, v in initial.items()})
     strategy = ContinualFL(initial, settings, settings.local_steps * workload.flops_per_step)
     if grid is None:
         app = ClientApp()

@@ -223,7 +223,8 @@ def graph_settings(settings: RunSettings) -> GraphSettings:
 def continual_settings(settings: RunSettings) -> ContinualSettings:
     return ContinualSettings(selection=settings.selection, clients=settings.clients,
                              rounds_per_task=settings.rounds // len(settings.task_names),
-                             local_steps=settings.inner_steps, budget_fraction=settings.budget, seed=settings.seed)
+                             local_steps=settings.inner_steps, budget_fraction=settings.budget, basin=settings.basin,
+                             radius=settings.radius, seed=settings.seed)
 
 
 def _deadline_for(settings: RunSettings) -> Callable[[GlobalModelStrategy], float]:

@@ -70,6 +70,10 @@ def test_bad_input_names_the_parameter(args, message):
     ("rieselect", ["--budget", "0"], "Invalid value for '--budget': 0.0 is not in the range 0.0<x<=1.0"),
     ("rieselect", ["--rounds", "4"], "rounds (4) must be a multiple of the number of tasks (3: email, asyncio"),
     ("rieselect", ["--tasks", ","], "tasks must name at least one stdlib package, got ','"),
+    ("rieselect", ["--basin", "round"], "Invalid value for '--basin': 'round' is not one of 'moving', 'fixed'"),
+    ("rieselect", ["--radius", "0.3"], "Invalid value for --radius: applies to --basin fixed only"),
+    ("rieselect", ["--basin", "fixed", "--radius", "0"], "Invalid value for '--radius': 0.0 is not in the range x>0.0"),
+    ("diloco", ["--basin", "fixed"], "Invalid value for '--basin': applies to rieselect only, not to diloco"),
 ])
 def test_options_of_other_methods_and_bad_method_options(method, args, message):
     result = invoke("run", method, *args)
@@ -91,6 +95,14 @@ def test_tls_options_are_checked_before_any_work(tmp_path):
     assert result.exit_code == 2 and "is not a PEM certificate" in result.output
     result = invoke(*base, "--engine", "deployment", "--root-certificates", str(tls.ca_cert))
     assert result.exit_code == 2 and "give --superlink too" in result.output
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_budget_below_one_layer_is_named(tmp_path):
+    result = invoke("run", "rieselect", "--clients", "2", "--rounds", "3", "--budget", "0.0003",
+                    "-o", str(tmp_path / "r.json"))
+    assert result.exit_code == 1 and ("budget 0.0003 of an update gives 138 bytes per client and round, below the "
+                                      "smallest layer (256 bytes); allowed: at least 0.00056") in result.output
     assert not (tmp_path / "r.json").exists()
 
 
