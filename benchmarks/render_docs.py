@@ -691,6 +691,45 @@ def render_rieselect() -> str:
     ])
 
 
+def render_rieselect_study() -> str:
+    """The paper's RieSelect, its variants and the baselines on test data over task orders and seeds;
+    paired differences; why the fixed basin stalls (diagnosis and the validation radius sweep)."""
+    data = load("fl_rieselect_study.json")
+    protocol = data["protocol"]
+    rows = [[t["row"], f"{t['budget']:g}", pm(t["test_loss"], 3, "±"), pm(t["forgetting"], 3, "±"),
+             f"{t['uplink_mb']:.2f}", f"{t['uplink_vs_full']:.1f}x", f"{t['layers_covered']:.2f}"] for t in data["table"]]
+    pairs = [[c["row"], f"{c['budget']:g}", c["against"], pm(c, 3, "±", signed=True), f"{c['p']:.3f}",
+              f"{c['lower_on']} of {c['pairs']}"] for c in data["comparisons"]]
+    stalls = [[d["row"], f"{d['budget']:g}", f"{d['radius']:g}", f"{d['stalled_fraction']:.2f}",
+               pm(d["final_penalty"], 3, "±"), pm(d["predicted_increase"], 3, "±"), pm(d["measured_forgetting"], 3, "±"),
+               f"{d['measured_over_predicted']:.1f}" if d["measured_over_predicted"] is not None else "–"]
+              for d in data["diagnosis"]]
+    sweep = [[d["row"], f"{d['radius']:g}", f"{d['validation_loss']:.4f}", f"{d['stalled_fraction']:.2f}",
+              f"{d['final_penalty']['mean']:.3f}", f"{d['measured_forgetting']['mean']:.3f}"]
+             for d in data["radius_sweep"]]
+    orders = "; ".join(" → ".join(order) for order in protocol["orders"])
+    chosen = ", ".join(f"{row}: {', '.join(f'{k} {v:g}' for k, v in knob.items())}"
+                       for row, knob in protocol["chosen"].items())
+    return "\n\n".join([
+        source_line("fl_rieselect_study.json", meta_of(data)) + f" Task orders: {orders}; seeds "
+        f"{', '.join(map(str, protocol['seeds']))} in each ({len(protocol['orders']) * len(protocol['seeds'])} runs a "
+        f"row). Chosen on validation loss (seed {protocol['tune_seed']}, first order, budget {protocol['budgets'][0]:g}): "
+        f"{chosen}. Test loss: final test loss averaged over the tasks (nats/byte), mean ± 95% t-interval over "
+        "the runs; forgetting likewise; uplink: total bytes sent by all clients, and how many times less than full upload.",
+        table(["row", "budget", "test loss", "forgetting", "uplink MB", "less uplink", "covered"], rows),
+        "Each RieSelect row less another at the same budget (or full upload), paired over (order, seed), "
+        "mean ± 95% t-interval, the paired t-test's p, and how many pairs RieSelect's loss is lower on:",
+        table(["RieSelect", "budget", "against", "test loss difference", "p", "lower on"], pairs),
+        f"The fixed basin, over the same runs: the fraction of the server's steps below {protocol['stalled_step']:g} "
+        "(stalled), the penalty P it ended with against the radius, and each earlier task's predicted loss increase "
+        "(its term of P at the end) beside its measured forgetting (test):",
+        table(["row", "budget", "radius", "stalled steps", "final P", "predicted increase per task",
+               "measured forgetting per task", "measured / predicted"], stalls),
+        "The radius on validation (tuning seed, first order, first budget): one run each.",
+        table(["row", "radius", "validation loss", "stalled steps", "final P", "measured forgetting"], sweep),
+    ])
+
+
 def render_fl_engine() -> str:
     data = load("fl_engine.json")
     overhead = [[r["method"], r["rounds"], *(f"{r[k]:.2f}" for k in ("total_s", "training_s")),
@@ -818,6 +857,7 @@ RENDERERS = {
     "ossd": render_ossd,
     "phasealign": render_phasealign,
     "rieselect": render_rieselect,
+    "rieselect-study": render_rieselect_study,
     "sudoku-4x4": lambda: render_sudoku("sudoku_infogain.json"),
     "sudoku-9x9": lambda: render_sudoku("sudoku_infogain_9x9.json"),
     "usable-information": render_usable_information,
