@@ -39,6 +39,8 @@ TINY = {
     "fl_fedrgl.py": ["--graphs", "csbm", "--csbm-nodes", "300", "--noises", "pair:0.3", "--clients", "2", "--seeds",
                      "0,1", "--rounds", "1", "--jobs", "1"],
     "fl_rieselect.py": ["--clients", "2", "--rounds-per-task", "1", "--local-steps", "1", "--seeds", "0"],
+    "fl_rieselect_study.py": ["--orders", "1", "--seeds", "0", "--budgets", "0.25", "--clients", "2",
+                              "--rounds-per-task", "1", "--local-steps", "1", "--jobs", "1"],
     "gptq_liftquant.py": ["--seeds", "0", "--models", "digits", "--liftquant", "16to8", "--grids", "int4_g64"],
     "fluxnet_strides.py": ["--pdes", "traffic", "--strides", "1,2", "--seeds", "0", "--steps", "3", "--lrs", "3e-3",
                            "--horizon", "8"],

@@ -30,8 +30,11 @@ def outputs(model, inputs) -> list[np.ndarray]:
 
 
 def assert_float32_close(actual, expected):
+    # float32 sums in another order (TVM's convolutions against PyTorch's, whose kernels differ by CPU):
+    # through OSSD's six GroupNorm'd convolutions that reaches 3e-5 on an Intel Xeon; a wrong code or
+    # scale of MXFP4 moves an output by a quantization step, thousands of times more
     scale = max(1.0, float(np.abs(expected).max()))
-    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=2e-5 * scale)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=5e-5 * scale)
 
 
 def test_entry_is_complete(tiny):
