@@ -114,7 +114,6 @@ def main():
     from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
     require_clean_tree(args.allow_dirty)
-    made_with = provenance(seed=int(args.seeds.split(",")[0]), threads=1)  # at the start: code and load
     graphs = args.graphs.split(",")
     for graph in graphs:
         if graph not in (*PLANETOID, "csbm"):
@@ -130,6 +129,7 @@ def main():
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(seeds) < 2 or args.tune_seed in seeds:
         parser.error("--seeds needs at least 2 seeds for the paired test, and none equal to --tune-seed")
+    made_with = provenance(seed=seeds[0], threads=1)  # before any run: the code and load the runs began with
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     done_dir = args.output.with_name(f"{args.output.stem}_runs")
     done_dir.mkdir(parents=True, exist_ok=True)
