@@ -21,7 +21,6 @@ while their job is unchanged.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -33,6 +32,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kept_runs import kept_path, kept_run
 from seed_stats import interval
 
 BASE = {"warmup": 4}  # FedRGL's warm-up, scaled to the short runs (the default 10 is for 40 rounds)
@@ -67,8 +67,8 @@ def one_run(job: dict) -> dict:
     from edgekit.federated.graphs import client_data, csbm, load_graph
     from edgekit.utils.files import atomic_write
 
-    kept = Path(job["dir"]) / f"{hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16]}.json"
-    if kept.exists() and (saved := json.loads(kept.read_text()))["job"] == job:
+    kept = kept_path(job["dir"], job)
+    if (saved := kept_run(kept, job)) is not None:
         return saved
     torch.set_num_threads(1)
     graph = (csbm(job["csbm_nodes"], seed=job["seed"]) if "csbm_nodes" in job

@@ -41,6 +41,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from kept_runs import kept_run
 
 from edgekit.federated.choices import SELECTIONS
 
@@ -55,10 +56,8 @@ def one_run(job: dict, done_dir: Path) -> dict:
     tuned = (f"_w{job['risk_weight']}_growth{job['growth']}_overlap{job['overlap_weight']}" if "growth" in job
              else "_coordinated" if job.get("coordinated") else "")
     kept = done_dir / f"{job['selection']}_b{job['budget_fraction']}{tuned}_s{job['seed']}.json"
-    if kept.exists():
-        saved = json.loads(kept.read_text())
-        if saved["job"] == job:
-            return saved
+    if (saved := kept_run(kept, job)) is not None:
+        return saved
     torch.set_num_threads(1)
     workload = continual_lm_workload(job["clients"], seed=job["seed"])
     _, _, summary = run_continual(ContinualSettings(**job), workload)

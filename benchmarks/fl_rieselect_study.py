@@ -33,12 +33,12 @@ job is the same.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from kept_runs import kept_path, kept_run
 from scipy import stats
 from seed_stats import interval
 
@@ -66,11 +66,9 @@ def one_run(job: dict, done_dir: str) -> dict:
     from edgekit.jobs.fl import continual_lm_workload
     from edgekit.utils.files import atomic_write
 
-    kept = Path(done_dir) / (hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:16] + ".json")
-    if kept.exists():
-        saved = json.loads(kept.read_text())
-        if saved["job"] == job:
-            return saved
+    kept = kept_path(done_dir, job)
+    if (saved := kept_run(kept, job)) is not None:
+        return saved
     torch.set_num_threads(1)
     workload = continual_lm_workload(job["settings"]["clients"], tuple(job["tasks"]), seed=job["settings"]["seed"])
     _, _, summary = run_continual(ContinualSettings(**job["settings"]), workload)
