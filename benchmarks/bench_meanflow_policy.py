@@ -1,31 +1,39 @@
-"""One-step MeanFlow Policy on Meta-World: training memory, the method table, compiled latency (run by hand).
+"""One-step MeanFlow Policy on Meta-World: OMP's costs (training memory and time, success against
+flow matching's step counts) over tasks and seeds, and compiled latency (run by hand).
 
-    python benchmarks/bench_meanflow_policy.py [--tasks reach-v3 push-v3 drawer-open-v3]
-        [--memory-batch 8192] [--memory-steps 5] [--rounds 20] [--threads 2] [--formats fp32 mxint8 mxfp4]
-        [--memory-methods meanflow omp flow_matching] [--config KEY=VALUE ...]
+    python benchmarks/bench_meanflow_policy.py [--tasks reach-v3 push-v3 drawer-open-v3] [--seeds 0 1 2 3 4]
+        [--nfes 1 2 4 10] [--jobs 2] [--memory-batch 8192] [--memory-steps 5] [--rounds 20] [--threads 2]
+        [--formats fp32 mxint8 mxfp4] [--memory-methods meanflow omp flow_matching] [--config KEY=VALUE ...]
         [-o benchmarks/results/meanflow_policy.json]
 
-``--config`` overrides the policy config (MeanFlowPolicyConfig) of all three parts.
+``--config`` overrides the policy config (MeanFlowPolicyConfig) of all three parts. No
+hyperparameter is tuned: every method trains with the same config (the model's defaults),
+so no choice is made on the held-out seeds that score it.
 
 Part 1, training memory and step time of the two ways to get du/dt at the same batch and
 network (the default config's MLP): ``meanflow`` (``torch.func.jvp``; backward runs through
 the JVP's forward-mode graph) against ``omp`` (the DDE: two finite-difference forwards under
-``no_grad``). Each variant trains ``--memory-steps`` steps in a fresh Python process; reported:
-the peak resident set size of that process during training (Linux ``VmHWM``, reset through
-``/proc/self/clear_refs`` once imports, demonstrations and model are loaded) minus its resident
-size at that moment, the bytes autograd saved for backward in one step (the sizes of the
-tensors ``torch.autograd.graph.saved_tensors_hooks`` sees), and the mean wall time of a step
-after the first. Flow matching is shown for reference.
+``no_grad``). Each variant trains ``--memory-steps`` steps in a fresh Python process, once
+per seed, one after another with ``--threads`` threads; reported: the peak resident set size
+of that process during training (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``
+once imports, demonstrations and model are loaded) minus its resident size at that moment,
+the bytes autograd saved for backward in one step (the sizes of the tensors
+``torch.autograd.graph.saved_tensors_hooks`` sees), and the mean wall time of a step after
+the first. Flow matching is shown for reference.
 
-Part 2, the method table: ``omp``, ``meanflow`` and ``flow_matching`` trained with the default
-config on each task through ``edgekit.models.registry.train`` (the model cache: a second run
-reuses the models and the demonstrations), evaluated on the held-out seeds: success rate and
-action MSE at 1 network evaluation, flow matching also at ``sample_steps`` (10).
+Part 2, the method table: ``omp``, ``meanflow`` and ``flow_matching`` trained with the config
+on each task and seed through ``edgekit.models.registry.train`` (the model cache: a second run
+reuses the models and the demonstrations), ``--jobs`` at a time with one thread each,
+evaluated on the held-out Meta-World seeds: success rate and action MSE at 1 network
+evaluation, flow matching also with each Euler step count of ``--nfes``. The costs table
+puts them together: per method and step count, success per task (mean and 95% t-interval
+over seeds), training time, peak memory and step time; and OMP at 1 NFE less flow matching at
+each step count, paired by task and seed.
 
-Part 3, inference latency of the trained OMP policy (the first task's) after compile: for
-fp32, mxint8 and mxfp4 weights, ``edgekit bench`` on its checkpoint for the ``host`` target:
-the TVM build of edgekit's passes (time_evaluator), onnxruntime on the float and quantized
-ONNX export, and torch eager, on the same input, interleaved rounds.
+Part 3, inference latency of the trained OMP policy (the first task's, first seed's) after
+compile: for fp32, mxint8 and mxfp4 weights, ``edgekit bench`` on its checkpoint for the
+``host`` target: the TVM build of edgekit's passes (time_evaluator), onnxruntime on the float
+and quantized ONNX export, and torch eager, on the same input, interleaved rounds.
 """
 
 from __future__ import annotations
@@ -38,7 +46,11 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+import numpy as np
+from seed_stats import interval, paired_difference
 
 from edgekit.models.meanflow_policy import METHODS, MeanFlowPolicyConfig
 
@@ -90,46 +102,88 @@ def memory_worker(base: MeanFlowPolicyConfig, method: str, batch: int, steps: in
             "step_ms": 1e3 * float(np.mean(times[1:] if steps > 1 else times))}
 
 
-def memory_table(base: MeanFlowPolicyConfig, methods: list[str], batch: int, steps: int, threads: int) -> list[dict]:
+def memory_table(base: MeanFlowPolicyConfig, methods: list[str], seeds: list[int], batch: int, steps: int,
+                 threads: int) -> list[dict]:
     rows = []
-    for method in methods:
-        command = [sys.executable, __file__, "--memory-worker", method, "--memory-batch", str(batch),
-                   "--memory-steps", str(steps), "--threads", str(threads),
-                   "--memory-config", json.dumps(dataclasses.asdict(base))]
-        result = subprocess.run(command, capture_output=True, text=True, check=True)
-        rows.append(json.loads(result.stdout.strip().splitlines()[-1]))
-        print(f"memory {method}: {rows[-1]}", flush=True)
-    jvp = rows[0]
-    for row in rows:
-        row["rss_vs_jvp"] = row["peak_rss_increase_mib"] / jvp["peak_rss_increase_mib"]
-        row["saved_vs_jvp"] = row["saved_for_backward_mib"] / jvp["saved_for_backward_mib"]
+    for seed in seeds:
+        config = json.dumps(dataclasses.asdict(dataclasses.replace(base, seed=seed)))
+        mine = []
+        for method in methods:
+            command = [sys.executable, __file__, "--memory-worker", method, "--memory-batch", str(batch),
+                       "--memory-steps", str(steps), "--threads", str(threads), "--memory-config", config]
+            result = subprocess.run(command, check=False, capture_output=True, text=True)
+            if result.returncode:
+                raise RuntimeError(f"the memory run of {method} (seed {seed}) failed:\n{result.stderr[-3000:]}")
+            mine.append({**json.loads(result.stdout.strip().splitlines()[-1]), "seed": seed})
+            print(f"memory {method} seed {seed}: {mine[-1]}", flush=True)
+        for row in mine:  # the first method, the JVP, is the reference of its seed
+            row["rss_vs_jvp"] = row["peak_rss_increase_mib"] / mine[0]["peak_rss_increase_mib"]
+            row["saved_vs_jvp"] = row["saved_for_backward_mib"] / mine[0]["saved_for_backward_mib"]
+            row["step_vs_jvp"] = row["step_ms"] / mine[0]["step_ms"]
+        rows += mine
     return rows
 
 
-def method_table(base: MeanFlowPolicyConfig, tasks: list[str]) -> list[dict]:
+def method_run(config: MeanFlowPolicyConfig, nfes: tuple[int, ...]) -> list[dict]:
+    """Train (or take from the cache) and evaluate one (task, method, seed); one row per step count."""
+    import torch
+
     from edgekit.models.meanflow_policy import evaluate
     from edgekit.models.registry import train
 
+    torch.set_num_threads(1)  # --jobs runs share the cores, one thread each
+    trained = train("meanflow_policy", config, progress=False, log=lambda *_: None)
+    start = time.perf_counter()
+    result = evaluate(trained.model, config, nfes=nfes if config.method == "flow_matching" else (1,))
+    seconds = time.perf_counter() - start
     rows = []
-    for task in tasks:
-        for method in METHODS:
-            config = dataclasses.replace(base, task=task, method=method)
-            trained = train("meanflow_policy", config, progress=True, log=print)
-            start = time.perf_counter()
-            result = evaluate(trained.model, config)
-            seconds = time.perf_counter() - start
-            nfes = (1, config.sample_steps) if method == "flow_matching" else (1,)
-            for nfe in nfes:
-                suffix = "" if nfe == 1 else f"_{nfe}nfe"
-                rows.append({"task": task, "method": method, "NFE": nfe,
-                             "success rate": result["success_rate" + suffix],
-                             "action MSE": result["action_mse" + suffix],
-                             "mean episode steps": result["mean_episode_steps" + suffix],
-                             "expert success rate": result["expert_success_rate"],
-                             "held-out seeds": config.eval_episodes, "train s": trained.train_seconds,
-                             "eval s": seconds, "cached": trained.cached})
-                print(rows[-1], flush=True)
+    for nfe in sorted(nfes) if config.method == "flow_matching" else (1,):
+        suffix = "" if nfe == 1 else f"_{nfe}nfe"
+        rows.append({"task": config.task, "method": config.method, "seed": config.seed, "NFE": nfe,
+                     "success rate": result["success_rate" + suffix], "action MSE": result["action_mse" + suffix],
+                     "mean episode steps": result["mean_episode_steps" + suffix],
+                     "expert success rate": result["expert_success_rate"], "held-out seeds": config.eval_episodes,
+                     "train s": trained.train_seconds, "eval s": seconds, "cached": trained.cached})
+    print(f"{config.task} {config.method} seed {config.seed}: " + ", ".join(
+        f"{r['NFE']} NFE success {r['success rate']:g}" for r in rows) + f" (train {trained.train_seconds:.0f} s)",
+          flush=True)
     return rows
+
+
+def method_table(base: MeanFlowPolicyConfig, tasks: list[str], seeds: list[int], nfes: tuple[int, ...],
+                 jobs: int) -> list[dict]:
+    configs = [dataclasses.replace(base, task=task, method=method, seed=seed)
+               for seed in seeds for task in tasks for method in METHODS]
+    with ProcessPoolExecutor(jobs) as pool:
+        return [row for rows in pool.map(method_run, configs, [nfes] * len(configs)) for row in rows]
+
+
+def costs_table(methods: list[dict], memory: list[dict], tasks: list[str]) -> tuple[list[dict], list[dict]]:
+    """One row per (method, NFE): success per task and over tasks, training time, memory and step time
+    (mean and 95% t-interval over seeds); and OMP at 1 NFE less every other row, paired by task and seed."""
+    def runs(method, nfe):
+        return sorted((r for r in methods if r["method"] == method and r["NFE"] == nfe),
+                      key=lambda r: (r["task"], r["seed"]))
+
+    variants = sorted({(r["method"], r["NFE"]) for r in methods}, key=lambda v: (METHODS.index(v[0]), v[1]))
+    rows, gaps = [], []
+    omp = runs("omp", 1)
+    for method, nfe in variants:
+        mine = runs(method, nfe)
+        seeds = sorted({r["seed"] for r in mine})
+        mean_over_tasks = [np.mean([r["success rate"] for r in mine if r["seed"] == s]) for s in seeds]
+        spent = [r for r in memory if r["method"] == method]
+        row = {"method": method, "NFE": nfe, "seeds": seeds,
+               "success": {task: interval([r["success rate"] for r in mine if r["task"] == task]) for task in tasks},
+               "success_mean_over_tasks": interval(mean_over_tasks),
+               "train_s": interval([r["train s"] for r in mine])}
+        for key in ("peak_rss_increase_mib", "step_ms", "rss_vs_jvp", "step_vs_jvp"):
+            row[key] = interval([r[key] for r in spent]) if spent else None
+        rows.append(row)
+        if (method, nfe) != ("omp", 1) and omp:
+            gaps.append({"method": method, "NFE": nfe,
+                         **paired_difference([r["success rate"] for r in omp], [r["success rate"] for r in mine])})
+    return rows, gaps
 
 
 def latency_table(base: MeanFlowPolicyConfig, task: str, formats: list[str], rounds: int,
@@ -153,6 +207,10 @@ def latency_table(base: MeanFlowPolicyConfig, task: str, formats: list[str], rou
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", nargs="+", default=["reach-v3", "push-v3", "drawer-open-v3"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4], help="training seeds")
+    parser.add_argument("--nfes", nargs="+", type=int, default=[1, 2, 4, 10],
+                        help="Euler step counts flow matching is evaluated with (1 among them)")
+    parser.add_argument("--jobs", type=int, default=2, help="(task, method, seed) runs trained at once")
     parser.add_argument("--memory-batch", type=int, default=8192)
     parser.add_argument("--memory-steps", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=20, help="latency rounds per format")
@@ -183,6 +241,12 @@ def main():
         config = registry.make_config("meanflow_policy", overrides)
     except ValueError as error:
         parser.error(f"--config: {error}")
+    if any(seed < 0 for seed in args.seeds) or len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds must be distinct non-negative integers, got {args.seeds}")
+    if 1 not in args.nfes or any(nfe < 1 for nfe in args.nfes):
+        parser.error(f"--nfes must be positive step counts including 1, got {args.nfes}")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if MEMORY_METHODS[0] not in args.memory_methods:
         parser.error(f"--memory-methods must include {MEMORY_METHODS[0]} (the JVP, the reference of the ratios)")
     require_clean_tree(args.allow_dirty)
@@ -196,31 +260,51 @@ def main():
 
     torch.set_num_threads(args.threads)
     made_with = provenance(config.seed, threads=args.threads)  # at the start: the code the run began with
-    memory = memory_table(config, [m for m in MEMORY_METHODS if m in args.memory_methods], args.memory_batch,
-                          args.memory_steps, args.threads)
-    methods = method_table(config, args.tasks)
-    latency, latency_setup = latency_table(config, args.tasks[0], args.formats, args.rounds, args.threads)
+    memory = memory_table(config, [m for m in MEMORY_METHODS if m in args.memory_methods], args.seeds,
+                          args.memory_batch, args.memory_steps, args.threads)
+    methods = method_table(config, args.tasks, args.seeds, tuple(sorted(set(args.nfes))), args.jobs)
+    costs, gaps = costs_table(methods, memory, args.tasks)
+    latency, latency_setup = latency_table(dataclasses.replace(config, seed=args.seeds[0]), args.tasks[0],
+                                           args.formats, args.rounds, args.threads)
+
+    def pm(summary, digits=3):
+        return "" if summary is None else f"{summary['mean']:.{digits}g} ± {summary['ci95']:.2g}"
+
+    cost_rows = [{"method": r["method"], "NFE": r["NFE"], **{task: pm(r["success"][task]) for task in args.tasks},
+                  "mean over tasks": pm(r["success_mean_over_tasks"]), "train s": pm(r["train_s"]),
+                  "peak RSS MiB": pm(r["peak_rss_increase_mib"]), "step ms": pm(r["step_ms"])} for r in costs]
+    gap_rows = [{"OMP (1 NFE) less": f"{g['method']} ({g['NFE']} NFE)", "success difference": pm(g),
+                 "p": f"{g['p']:.2g}", "OMP lower on": f"{g['below']} of {g['pairs']}"} for g in gaps]
     text = "\n\n".join([
-        (f"### Methods on Meta-World (config: horizon {config.horizon}, execute {config.execute}, "
+        (f"### OMP's costs: success over seeds {', '.join(map(str, args.seeds))} (mean ± 95% t-interval; "
+         f"{config.eval_episodes} held-out episodes each), training time at batch {config.batch} "
+         f"({config.steps} steps, 1 thread, {args.jobs} runs at once), peak memory and step time at batch "
+         f"{args.memory_batch} ({args.threads} threads)"),
+        markdown_table(cost_rows, ["method", "NFE", *args.tasks, "mean over tasks", "train s", "peak RSS MiB",
+                                   "step ms"]),
+        "### OMP at 1 NFE against every other row, paired by task and seed",
+        markdown_table(gap_rows, ["OMP (1 NFE) less", "success difference", "p", "OMP lower on"]),
+        (f"### Methods on Meta-World per seed (config: horizon {config.horizon}, execute {config.execute}, "
          f"MLP {config.depth}x{config.width}, {config.train_episodes} training demonstrations, {config.steps} steps, "
          f"{config.eval_episodes} held-out seeds)"),
-        markdown_table(methods, ["task", "method", "NFE", "success rate", "action MSE", "mean episode steps",
+        markdown_table(methods, ["task", "method", "seed", "NFE", "success rate", "action MSE", "mean episode steps",
                                  "expert success rate", "train s"]),
-        f"### Training memory and step time, batch {args.memory_batch}, fresh process per variant",
-        markdown_table(memory, ["method", "batch", "peak_rss_increase_mib", "rss_vs_jvp", "saved_for_backward_mib",
-                                "saved_vs_jvp", "step_ms"]),
-        (f"### One-step OMP policy ({args.tasks[0]}) after compile, batch 1, {args.threads} threads, "
-         f"{args.rounds} rounds"),
+        f"### Training memory and step time, batch {args.memory_batch}, fresh process per variant and seed",
+        markdown_table(memory, ["method", "seed", "batch", "peak_rss_increase_mib", "rss_vs_jvp",
+                                "saved_for_backward_mib", "saved_vs_jvp", "step_ms", "step_vs_jvp"]),
+        (f"### One-step OMP policy ({args.tasks[0]}, seed {args.seeds[0]}) after compile, batch 1, "
+         f"{args.threads} threads, {args.rounds} rounds"),
         markdown_table(latency, ["run", "format", "backend", "bits/weight", "latency (ms)", "median (ms)",
                                  "x onnxruntime fp32", "max |diff|"]),
     ])
     print(text)
     meta = {**made_with, "command": " ".join(["python", *sys.argv]), "load_average_after":
-            load_average(), "logical_cpus": os.cpu_count(), "config": config.__dict__,
+            load_average(), "logical_cpus": os.cpu_count(), "jobs": args.jobs, "config": config.__dict__,
             "memory_measure": "peak RSS (VmHWM, reset before training) minus RSS before training, fresh process per variant; "
                               "bytes autograd saved for backward per step via saved_tensors_hooks",
             "latency_setup": latency_setup}
-    result = {"meta": meta, "methods": methods, "memory": memory, "latency": latency}
+    result = {"meta": meta, "seeds": args.seeds, "tasks": args.tasks, "costs": costs, "omp_less": gaps,
+              "methods": methods, "memory": memory, "latency": latency}
     atomic_write(args.output, json.dumps(json_safe(result), indent=2) + "\n")
     atomic_write(args.output.with_suffix(".md"), text + "\n")
     print(f"wrote {args.output} and {args.output.with_suffix('.md')}")

@@ -39,8 +39,7 @@ from pathlib import Path
 
 import numpy as np
 from kept_runs import kept_path, kept_run
-from scipy import stats
-from seed_stats import interval
+from seed_stats import interval, paired_difference
 
 RADII = (0.03, 0.1, 0.3, 1.0)  # nats: the fixed basin's second-order loss increase on earlier tasks
 GROWTHS = (0.003, 0.01, 0.03)  # nats per round: the moving basin's
@@ -84,9 +83,9 @@ def paired(mine: list[dict], theirs: list[dict]) -> dict:
     """RieSelect's test loss less the baseline's, over the same (order, seed) pairs."""
     key = lambda r: (tuple(r["job"]["tasks"]), r["job"]["settings"]["seed"])
     theirs = {key(r): r["test"]["average_loss"] for r in theirs}
-    diff = [r["test"]["average_loss"] - theirs[key(r)] for r in mine]
-    p = float(stats.ttest_1samp(diff, 0.0).pvalue) if len(diff) > 1 and np.std(diff) > 0 else 1.0
-    return {**interval(diff), "p": p, "lower_on": int(sum(d < 0 for d in diff)), "pairs": len(diff)}
+    out = paired_difference([r["test"]["average_loss"] for r in mine], [theirs[key(r)] for r in mine])
+    out["lower_on"] = out.pop("below")
+    return out
 
 
 def diagnosis(runs: list[dict], radius: float) -> dict:

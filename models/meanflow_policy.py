@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -255,17 +256,24 @@ def policy_for_episode(model: MeanFlowPolicy, config: MeanFlowPolicyConfig, seed
     return act
 
 
-def evaluate(model: nn.Module, config: MeanFlowPolicyConfig = MeanFlowPolicyConfig()) -> dict:
+def evaluate(model: nn.Module, config: MeanFlowPolicyConfig = MeanFlowPolicyConfig(),
+             nfes: Sequence[int] | None = None) -> dict:
     """Over ``eval_episodes`` held-out seeds: ``success_rate`` and ``mean_episode_steps`` (failures count
     ``max_episode_steps``) of rollouts at 1 network evaluation per chunk, ``action_mse`` of the sampled
     chunk against the expert's at every step of the expert's held-out episodes, and the expert's own
-    ``expert_success_rate``; for flow matching also ``*_{sample_steps}nfe`` with the Euler sampler."""
+    ``expert_success_rate``; for each other sampler step count ``k`` in ``nfes`` also ``*_{k}nfe``.
+    ``nfes`` defaults to 1 and ``sample_steps`` for flow matching, 1 for the mean-velocity methods."""
+    if nfes is None:
+        nfes = (1, config.sample_steps) if config.method == "flow_matching" else (1,)
+    bad = [k for k in nfes if not isinstance(k, int) or k < 1]
+    if bad or 1 not in nfes:
+        raise ValueError(f"nfes must be positive integers including 1 (the unsuffixed figures), got {list(nfes)}")
     model = model.eval()
     held_out = demonstrations(DemoSpec.held_out(config.task, config.eval_episodes))
     obs, chunks = (torch.from_numpy(a) for a in held_out.chunks(config.horizon))
     noise = torch.randn(chunks.shape, generator=torch.Generator().manual_seed(config.seed))
     out = {"expert_success_rate": held_out.expert_success_rate}
-    for steps in sorted({1, config.sample_steps}) if config.method == "flow_matching" else (1,):
+    for steps in sorted(set(nfes)):
         suffix = "" if steps == 1 else f"_{steps}nfe"
         with torch.inference_mode():
             out["action_mse" + suffix] = float(F.mse_loss(model.sample(obs, noise, steps), chunks))

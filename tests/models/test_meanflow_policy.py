@@ -143,6 +143,13 @@ def test_evaluate_and_example_inputs():
     assert 0.0 <= result["success_rate"] <= 1.0 and result["action_mse"] > 0
     assert 1 <= result["mean_episode_steps"] <= config.max_episode_steps
     assert mp.evaluate(model, config) == result  # seeded noise, seeded placements
+    more = mp.evaluate(model, config, nfes=(1, 2, 4))
+    assert {k: more[k] for k in ("action_mse", "success_rate", "mean_episode_steps")} == \
+        {k: result[k] for k in ("action_mse", "success_rate", "mean_episode_steps")}
+    assert {"action_mse_2nfe", "success_rate_4nfe"} <= set(more) and "action_mse_3nfe" not in more
+    for bad in ((2, 4), (1, 0)):
+        with pytest.raises(ValueError, match="nfes"):
+            mp.evaluate(model, config, nfes=bad)
     obs, noise = mp.example_inputs(config)
     assert obs.shape == (1, md.OBS_DIM) and noise.shape == (1, config.horizon, md.ACTION_DIM)
     np.testing.assert_array_equal(obs[0].numpy(), md.demonstrations(TINY_DEMOS).episodes[0].observations[0])
