@@ -30,7 +30,7 @@ PANEL_METRIC = {"bimodal": "w1", "heteroscedastic": "w1", "ring": "w1", "denoise
 def run_task(task: str, methods, seeds, lrs, overrides, log) -> list[dict]:
     out = []
     for method in methods:
-        def config(lr, seed):
+        def config(lr, seed, method=method):
             return registry.make_config("cgmmd", {**overrides, "task": task, "method": method, "lr": lr,
                                                   "seed": seed})
 

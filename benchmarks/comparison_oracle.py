@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from edgekit.models import comparison_oracle as co
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.files import atomic_write
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 NS = [4, 8, 16, 32, 64, 128]
 EPSILONS = [0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002]
@@ -163,7 +164,7 @@ def main():
     equal, chosen = equal_queries(seeds, cache)
     result = {
         "meta": {**made_with, "seeds": seeds, "trials": args.trials,
-                 "seconds": time.perf_counter() - start},
+                 "seconds": time.perf_counter() - start, "load_average_after": load_average()},
         "slopes": slopes(scale),
         "scaling_summary": summarize(scale, ["function", "n", "epsilon"], ["queries", "bound", "error"]),
         "tester_summary": summarize(tests, ["function", "n", "epsilon"],
@@ -174,8 +175,7 @@ def main():
     }
     for section in ("slopes", "tester_summary", "equal_queries_summary"):
         print(section, json.dumps(result[section], indent=None)[:3000])
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    atomic_write(args.output, json.dumps(result, indent=1) + "\n")
     plot(result, args.output.with_suffix(".png"))
     print(f"wrote {args.output}")
 

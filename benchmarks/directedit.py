@@ -24,7 +24,7 @@ from seed_stats import interval
 
 from edgekit.models import directedit, registry
 from edgekit.utils.files import atomic_write
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 
 def plot(summary: dict, path: Path) -> None:
@@ -81,6 +81,7 @@ def main() -> None:
         if method != "directedit":
             summary[f"edit_success_directedit_minus_{method}"] = interval(
                 [r["edit_success_directedit"] - r[f"edit_success_{method}"] for r in runs])
+    made_with["load_average_after"] = load_average()
     result = {"provenance": made_with, "command": " ".join(sys.argv), "seeds": args.seeds,
               "config": dataclasses.asdict(config), "methods": directedit.METHODS, "guidances": directedit.GUIDANCES,
               "summary": summary, "runs": runs}

@@ -30,7 +30,7 @@ from seed_stats import interval
 from edgekit.models import fluxnet, pde
 from edgekit.models.registry import train
 from edgekit.utils.output import atomic_write, json_safe
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 ARCHS = ("fluxnet", "flux_rate")  # FluxNet with its default L head; the flux-rate surrogate of fluxnet_study
 SMALL = {1: {"cells": 64, "hidden": 32, "layers": 3, "kernel": 5},
@@ -175,6 +175,7 @@ def main() -> None:
                     f" +- {row['rollout_rel_l2']['ci95']:.2g} (persistence {still[-1]['rollout_rel_l2']:.4g}), "
                     f"drift {row['mass_drift']['mean']:.2g}, out of bounds {row['out_of_bounds']['mean']:.3g}")
     breaks = {name: {arch: breakdown(summary, still, name, arch) for arch in ARCHS} for name in names}
+    meta["load_average_after"] = load_average()
     result = {"provenance": meta, "command": " ".join(["python", *sys.argv]),
               "seeds": args.seeds, "strides": strides, "horizon": args.horizon, "steps": args.steps, "lrs": lrs,
               "reach": {n: REACH[n] for n in names}, "small": SMALL, "common": COMMON,

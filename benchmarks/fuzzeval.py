@@ -27,7 +27,8 @@ import numpy as np
 from edgekit.models.fuzzeval import METHODS, disagreements, evaluate_selection, score_problems
 from edgekit.models.humaneval import load_problems
 from edgekit.models.sandbox import isolation_layers
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.files import atomic_write
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 
 def summarise(per_seed: list[dict], key: str) -> dict:
@@ -93,13 +94,14 @@ def main(argv=None) -> None:
     summary = {split: {str(e): {m: {k: summarise([r["selection"][split][str(e)][m] for r in per_seed], k)
                                     for k in ("violation_rate", "fdr_mean", "selection_rate", "recall", "abstained")}
                                 for m in METHODS} for e in args.epsilons} for split in ("candidate", "problem")}
+    prov["load_average_after"] = load_average()
     result = {"command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
               "provenance": prov, "sandbox_layers": isolation_layers(),
               "problems": len(problems), "candidates_per_problem": args.candidates, "splits": args.splits,
               "epsilons": args.epsilons, "delta": args.delta, "summary": summary, "per_seed": per_seed,
               "seconds": time.perf_counter() - started}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1))
+    atomic_write(args.output, json.dumps(result, indent=1) + "\n")
     plot(result, args.output.with_suffix(".png"))
     for split in ("candidate", "problem"):
         for e in args.epsilons:

@@ -54,7 +54,8 @@ from edgekit.simulators import gptq as gq
 from edgekit.simulators.incoherence import Incoherence
 from edgekit.simulators.liftquant import codebook_bytes, output_error
 from edgekit.simulators.liftquant import quantize as liftquant
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.files import atomic_write
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 MODELS = {"lm": ["width=128", "layers=3", "heads=2", "mlp=384", "seq_len=128", "steps=600"], "digits": []}
 # what is chosen on and reported, lower is better: nats per byte (LM) or per sample (digits); an excess
@@ -293,10 +294,7 @@ def main() -> None:
     done = {(r["model"], r["method"], r["config"], r["scaling"], r["seed"]) for r in rows}
 
     def save():
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.output.with_suffix(".tmp")
-        tmp.write_text(json.dumps(result, indent=2) + "\n")
-        tmp.replace(args.output)
+        atomic_write(args.output, json.dumps(result, indent=2) + "\n")
 
     jobs = [("rtn", g, s) for g in args.grids for s in (False, True)] \
         + [("gptq", g, s) for g in args.grids for s in (False, True)] \
@@ -327,6 +325,7 @@ def main() -> None:
                       f"test {r['test'][METRIC[model_name]]:.4f}  ({r['seconds']} s)", flush=True)
                 save()
     result["summary"] = summarize(rows)
+    result["provenance"]["load_average_after"] = load_average()
     save()
     plot(result["summary"], args.output.with_suffix(".png"))
     for b in result["summary"]["budgets"]:

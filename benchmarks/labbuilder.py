@@ -23,7 +23,8 @@ from seed_stats import mean_ci
 
 from edgekit.models.lab_layout import METHODS, metrics, plan
 from edgekit.models.lab_protocol import generate_spec, parse_spec
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.files import atomic_write
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 METRICS = ("collision_rate", "out_of_bounds_rate", "weighted_safety_violations", "reachable_step_fraction")
 
@@ -72,11 +73,12 @@ def main(argv=None) -> None:
         print(f"seed {seed}: " + "; ".join(f"{m} " + " ".join(f"{per_seed[-1]['mean'][m][k]:.3f}" for k in METRICS)
                                            for m in METHODS), file=sys.stderr)
     summary = {m: {k: mean_ci([s["mean"][m][k] for s in per_seed]) for k in METRICS} for m in METHODS}
+    prov["load_average_after"] = load_average()
     result = {"command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
               "provenance": prov, "specs_per_seed": args.specs, "iterations": args.iterations,
               "summary": summary, "per_seed": per_seed, "seconds": time.perf_counter() - started}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1))
+    atomic_write(args.output, json.dumps(result, indent=1) + "\n")
     plot(summary, args.output.with_suffix(".png"))
     for m in METHODS:
         print(f"{m:10s} " + "  ".join(f"{k} {summary[m][k]['mean']:.3f}+-{summary[m][k]['ci95']:.3f}" for k in METRICS))

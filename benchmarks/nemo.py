@@ -30,7 +30,8 @@ from edgekit.models.nemo import CONDITIONS, run_suite
 from edgekit.models.nemo_agent import OfflineAgent
 from edgekit.models.nemo_problems import FAMILIES, suite
 from edgekit.models.sandbox import isolation_layers
-from edgekit.utils.provenance import provenance, require_clean_tree
+from edgekit.utils.files import atomic_write
+from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 
 def plot(result: dict, path: Path) -> None:
@@ -89,13 +90,14 @@ def main(argv=None) -> None:
                "mean_repairs": {key: float(np.mean([k for s in per_seed for r in s["rows"] for k in r[key]]))
                                 for key in ("rounds", "rounds_memory")},
                "memory_reused": [s["rows"][-1]["memory_reused"] for s in per_seed]}
+    prov["load_average_after"] = load_average()
     result = {"command": "python " + " ".join([sys.argv[0]] + (argv if argv is not None else sys.argv[1:])),
               "provenance": prov, "sandbox_layers": isolation_layers(), "per_family": args.per_family,
               "candidates": args.candidates, "max_rounds": args.max_rounds,
               "agent": {"p_clean": agent.p_clean, "p_second": agent.p_second, "p_sim_gap": agent.p_sim_gap},
               "summary": summary, "per_seed": per_seed, "seconds": time.perf_counter() - started}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1))
+    atomic_write(args.output, json.dumps(result, indent=1) + "\n")
     plot(result, args.output.with_suffix(".png"))
     for c in CONDITIONS:
         a = summary["accuracy"][c]

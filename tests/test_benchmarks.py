@@ -58,7 +58,7 @@ TINY = {
                        "seq_len=32", "batch=4", "warmup=2", "max_train_bytes=200000", "eval_windows=8",
                        "schemes=bf16,mxint8"],
     "nemo.py": ["--seeds", "0", "--per-family", "1", "--candidates", "1", "--max-rounds", "1"],
-    "ossd.py": ["--seeds", "0", "--jobs", "1", "--config", "clip_steps=20", "width=8", "steps=2", "batch=2",
+    "ossd.py": ["--seeds", "0", "--jobs", "1", "--semantic-weights", "0.3,1", "--config", "clip_steps=20", "width=8", "steps=2", "batch=2",
                 "val_scenes=2", "test_scenes=2"],
     "phasealign.py": ["--seeds", "0", "--config", "clip_steps=20", "val_scenes=4", "test_scenes=4", "thresholds=2"],
     "sudoku_infogain.py": ["--seeds", "0", "--rounds", "2", "--temperatures", "1.0", "--val-puzzles", "4", "--config",
@@ -93,3 +93,5 @@ def test_benchmark_runs_tiny(script, tmp_path):
     meta = data["meta"] if "meta" in data else {**data["provenance"], "command": data["command"]}
     assert meta["git_sha"] and script in meta["command"]
     assert meta["cpu"]["model"] and "vector_extensions" in meta["cpu"]
+    # the load when the run began and when it ended, and its thread count: what the figures' noise depends on
+    assert "load_average" in meta["cpu"] and "load_average_after" in meta and meta.get("threads"), sorted(meta)
