@@ -518,11 +518,15 @@ def render_ossd() -> str:
     summary = data["summary"]
     rows = [[f"`{v}`", pm(summary[f"novel_ap50_{v}"]), pm(summary[f"base_ap50_{v}"]),
              pm(summary[f"novel_ap50_{v}_minus_base"], signed=True) if v != "base" else "",
-             ", ".join(f"{a:g}" for a in summary[f"alpha_{v}"]["values"])] for v in data["variants"]]
+             ", ".join(f"{a:g}" for a in summary[f"alpha_{v}"]["values"]),
+             ", ".join(f"{w:g}" for w in summary[f"semantic_weight_{v}"]["values"]) if data["variants"][v][0] else ""]
+            for v in data["variants"]]
     return "\n\n".join([
         source_line("ossd.json", meta_of(data)) + f" Mean and 95% t-interval over seeds "
-        f"{', '.join(map(str, data['seeds']))} (AP50, test):",
-        table(["variant", "novel AP50", "base AP50", "novel AP50 minus `base`, paired by seed", "alpha per seed"], rows),
+        f"{', '.join(map(str, data['seeds']))} (AP50, test; `alpha` and the semantic distillation weight, of "
+        f"{', '.join(f'{w:g}' for w in data['semantic_weights'])}, chosen per seed on validation novel scenes):",
+        table(["variant", "novel AP50", "base AP50", "novel AP50 minus `base`, paired by seed", "alpha per seed",
+               "semantic weight per seed"], rows),
     ])
 
 
@@ -717,12 +721,12 @@ def render_rieselect_study() -> str:
         f"{chosen}. Test loss: final test loss averaged over the tasks (nats/byte), mean ± 95% t-interval over "
         "the runs; forgetting likewise; uplink: total bytes sent by all clients, and how many times less than full upload.",
         table(["row", "budget", "test loss", "forgetting", "uplink MB", "less uplink", "covered"], rows),
-        "Each RieSelect row less another at the same budget (or full upload), paired over (order, seed), "
-        "mean ± 95% t-interval, the paired t-test's p, and how many pairs RieSelect's loss is lower on:",
+        ("Each RieSelect row less another at the same budget (or full upload), paired over (order, seed), "
+        "mean ± 95% t-interval, the paired t-test's p, and how many pairs RieSelect's loss is lower on:"),
         table(["RieSelect", "budget", "against", "test loss difference", "p", "lower on"], pairs),
-        f"The fixed basin, over the same runs: the fraction of the server's steps below {protocol['stalled_step']:g} "
+        (f"The fixed basin, over the same runs: the fraction of the server's steps below {protocol['stalled_step']:g} "
         "(stalled), the penalty P it ended with against the radius, and each earlier task's predicted loss increase "
-        "(its term of P at the end) beside its measured forgetting (test):",
+        "(its term of P at the end) beside its measured forgetting (test):"),
         table(["row", "budget", "radius", "stalled steps", "final P", "predicted increase per task",
                "measured forgetting per task", "measured / predicted"], stalls),
         "The radius on validation (tuning seed, first order, first budget): one run each.",
