@@ -532,21 +532,25 @@ def render_ossd() -> str:
 
 def render_meanflow_policy() -> str:
     data = load("meanflow_policy.json")
-    methods = [[r["task"], r["method"], r["NFE"], f"{r['success rate']:g}", f"{r['action MSE']:.4g}",
-                f"{r['mean episode steps']:.4g}", f"{r['expert success rate']:g}", f"{r['train s']:.4g}"]
-               for r in data["methods"]]
-    memory = [[r["method"], r["batch"], f"{r['peak_rss_increase_mib']:.1f}", f"{r['rss_vs_jvp']:.2f}",
-               f"{r['saved_for_backward_mib']:.1f}", f"{r['saved_vs_jvp']:.2f}", f"{r['step_ms']:.0f}"]
-              for r in data["memory"]]
-    seeds = {r["held-out seeds"] for r in data["methods"]}
+    tasks = data["tasks"]
+    costs = [[r["method"], r["NFE"], *(pm(r["success"][t], 2, "±") for t in tasks),
+              pm(r["success_mean_over_tasks"], 2, "±"), pm(r["train_s"], 0, "±"),
+              *(pm(r[k], d, "±") if r[k] else "" for k, d in (("peak_rss_increase_mib", 0), ("rss_vs_jvp", 2),
+                                                               ("step_ms", 0), ("step_vs_jvp", 2)))]
+             for r in data["costs"]]
+    gaps = [[f"{g['method']} at {g['NFE']} NFE", pm(g, 2, "±", signed=True), f"{g['p']:.2g}",
+             f"{g['below']} of {g['pairs']}"] for g in data["omp_less"]]
+    meta = data["meta"]
     return "\n\n".join([
-        source_line("meanflow_policy.json", data["meta"]) + f" Success rate over {', '.join(map(str, seeds))} "
-        "held-out seeds:",
-        table(["task", "method", "NFE", "success rate", "action MSE", "mean episode steps", "expert success rate",
-               "train s"], methods),
-        "Training memory and step time (fresh process per variant; the JVP of plain MeanFlow is the reference):",
-        table(["method", "batch", "peak RSS increase (MiB)", "RSS vs JVP", "saved for backward (MiB)", "saved vs JVP",
-               "step (ms)"], memory),
+        source_line("meanflow_policy.json", meta) + f" Success rate (mean ± 95% t-interval over seeds "
+        f"{', '.join(map(str, data['seeds']))}, each on {meta['config']['eval_episodes']} held-out episodes); "
+        f"training time of {meta['config']['steps']} steps at batch {meta['config']['batch']}, one thread, "
+        f"{meta['jobs']} runs at once; peak memory and step time at batch {data['memory'][0]['batch']}, a fresh "
+        "process per method and seed, the JVP of plain MeanFlow as the reference:",
+        table(["method", "NFE", *tasks, "mean over tasks", "train (s)", "peak RSS increase (MiB)", "RSS vs JVP",
+               "step (ms)", "step vs JVP"], costs),
+        "OMP at one network evaluation less each other row, paired by task and seed:",
+        table(["OMP (1 NFE) less", "success difference", "p (paired t)", "OMP lower on"], gaps),
     ])
 
 
