@@ -132,12 +132,13 @@ def method_run(config: MeanFlowPolicyConfig, nfes: tuple[int, ...]) -> list[dict
     from edgekit.models.registry import train
 
     torch.set_num_threads(1)  # --jobs runs share the cores, one thread each
+    steps = sorted(nfes) if config.method == "flow_matching" else [1]  # a mean-velocity policy acts in one step
     trained = train("meanflow_policy", config, progress=False, log=lambda *_: None)
     start = time.perf_counter()
-    result = evaluate(trained.model, config, nfes=nfes if config.method == "flow_matching" else (1,))
+    result = evaluate(trained.model, config, nfes=steps)
     seconds = time.perf_counter() - start
     rows = []
-    for nfe in sorted(nfes) if config.method == "flow_matching" else (1,):
+    for nfe in steps:
         suffix = "" if nfe == 1 else f"_{nfe}nfe"
         rows.append({"task": config.task, "method": config.method, "seed": config.seed, "NFE": nfe,
                      "success rate": result["success_rate" + suffix], "action MSE": result["action_mse" + suffix],

@@ -86,14 +86,14 @@ def main() -> None:
     require_clean_tree(args.allow_dirty)
     made_with = provenance(seed=args.seeds[0], threads=1)  # at the start: the code and load the runs began
     overrides = registry.parse_config_items(args.config)
+    if "semantic_weight" in overrides:
+        parser.error("semantic_weight is chosen per seed from --semantic-weights; set that instead of --config")
     try:
         semantic_weights = [float(w) for w in args.semantic_weights.split(",")]
         for weight in semantic_weights:  # a bad override or weight fails here, before any training
             registry.make_config("ossd", {**overrides, "semantic_weight": weight})
     except ValueError as error:
         parser.error(f"--semantic-weights or --config: {error}")
-    if "semantic_weight" in overrides:
-        parser.error("semantic_weight is chosen per seed from --semantic-weights; set that instead of --config")
     with ProcessPoolExecutor(max(1, args.jobs)) as pool:
         runs = list(pool.map(run_seed, args.seeds, [overrides] * len(args.seeds),
                              [semantic_weights] * len(args.seeds)))
