@@ -21,7 +21,8 @@ of bytes element ``k`` lives, and at which bit.
 
 from __future__ import annotations
 
-from tvm import tirx
+import tvm
+from tvm import te, tirx
 
 from edgekit.simulators import BlockFormat
 from edgekit.simulators.formats import ElementType, ScaleType
@@ -37,54 +38,102 @@ from edgekit.simulators.layouts import (
 FEW_EXPONENT_BITS = 2  # E2M1, E2M3: decode without FP32 subnormal intermediates
 
 
-def u32(value):
-    return tirx.const(value, "uint32")
+def lanes_of(expr) -> int:
+    """Vector lanes of a TIR expression or tensor element (1 for a scalar)."""
+    if isinstance(expr, te.TensorSlice):
+        expr = expr.asobject()
+    return tvm.DataType(str(expr.ty)).lanes
 
 
-def f32(value):
-    return tirx.const(value, "float32")
+def _typed(dtype: str, lanes: int) -> str:
+    return dtype if lanes == 1 else f"{dtype}x{lanes}"
+
+
+def _const(value, dtype: str, lanes: int = 1):
+    scalar = tirx.const(value, dtype)
+    return scalar if lanes == 1 else tirx.Broadcast(scalar, lanes)
+
+
+def u32(value, lanes: int = 1):
+    return _const(value, "uint32", lanes)
+
+
+def f32(value, lanes: int = 1):
+    return _const(value, "float32", lanes)
+
+
+def _magnitude_mask(elem: ElementType) -> int:
+    return (1 << (elem.bits - 1)) - 1
 
 
 def element_value(elem: ElementType, code) -> tirx.PrimExpr:
-    """The float32 value of ``code`` (any integer dtype) as ``elem`` defines it."""
-    c = tirx.Cast("uint32", code)
+    """The float32 value of ``code`` (any integer dtype, scalar or vector) as ``elem`` defines it."""
+    n = lanes_of(code)
+    u, f = (lambda v: u32(v, n)), (lambda v: f32(v, n))
+    as_u32, as_i32, as_f32 = _typed("uint32", n), _typed("int32", n), _typed("float32", n)
+    c = tirx.Cast(as_u32, code)
     if elem.kind == "int":
         width = 32 - elem.bits
-        signed = tirx.reinterpret("int32", c << u32(width)) >> tirx.const(width, "int32")
-        return tirx.Cast("float32", signed) * f32(2.0**-elem.frac_bits)
-    sign = (c >> u32(elem.bits - 1)) << u32(31)
-    mag = c & u32((1 << (elem.bits - 1)) - 1)
-    exp = mag >> u32(elem.mbits)
+        signed = tirx.reinterpret(as_i32, c << u(width)) >> _const(width, "int32", n)
+        return tirx.Cast(as_f32, signed) * f(2.0**-elem.frac_bits)
+    sign = (c >> u(elem.bits - 1)) << u(31)
+    mag = c & u(_magnitude_mask(elem))
+    placed = sign | (mag << u(23 - elem.mbits))
     if elem.ebits <= FEW_EXPONENT_BITS:
         # Subnormal codes are a large share of such a format's values, and CPUs slow down
         # on subnormal FP32 operands: re-bias normals in the integer domain instead, and
         # build subnormals (m * 2^(emin - mbits)) from an integer conversion.
-        normal = tirx.reinterpret("float32", sign | ((mag << u32(23 - elem.mbits)) + u32((127 - elem.bias) << 23)))
-        tiny = tirx.Cast("float32", tirx.reinterpret("int32", mag)) * f32(2.0 ** (elem.emin - elem.mbits))
-        tiny = tirx.reinterpret("float32", tirx.reinterpret("uint32", tiny) | sign)
-        value = tirx.Select(exp == u32(0), tiny, normal)
+        normal = tirx.reinterpret(as_f32, placed + u((127 - elem.bias) << 23))
+        tiny = tirx.Cast(as_f32, tirx.reinterpret(as_i32, mag)) * f(2.0 ** (elem.emin - elem.mbits))
+        tiny = tirx.reinterpret(as_f32, tirx.reinterpret(as_u32, tiny) | sign)
+        value = tirx.Select(mag >> u(elem.mbits) == u(0), tiny, normal)
     else:
-        placed = tirx.reinterpret("float32", sign | (mag << u32(23 - elem.mbits)))
-        value = placed * f32(2.0 ** (127 - elem.bias))
-    top = u32((1 << elem.ebits) - 1)
+        value = tirx.reinterpret(as_f32, placed) * f(2.0 ** (127 - elem.bias))
+    return _with_specials(elem, placed, value, n)
+
+
+def element_value_top(elem: ElementType, top) -> tirx.PrimExpr:
+    """The float32 value of a code held in the top ``elem.bits`` bits of int32 lanes (the bits
+    below it are ignored): the same values as :func:`element_value`, with fewer operations
+    where codes are shifted out of a word. An arithmetic shift right moves a float's
+    magnitude under FP32's exponent field and copies its sign above it, and a mask keeps both."""
+    n = lanes_of(top)
+    if elem.kind == "int":
+        signed = top >> _const(32 - elem.bits, "int32", n)
+        return tirx.Cast(_typed("float32", n), signed) * f32(2.0**-elem.frac_bits, n)
+    as_u32 = _typed("uint32", n)
+    if elem.ebits <= FEW_EXPONENT_BITS:
+        return element_value(elem, tirx.reinterpret(as_u32, top) >> u32(32 - elem.bits, n))
+    # the magnitude (ebits + mbits bits) ends at bit 30, and in FP32 at bit 23 - mbits + ebits + mbits - 1
+    spread = tirx.reinterpret(as_u32, top >> _const(8 - elem.ebits, "int32", n))
+    placed = spread & u32(0x80000000 | (_magnitude_mask(elem) << (23 - elem.mbits)), n)
+    value = tirx.reinterpret(_typed("float32", n), placed) * f32(2.0 ** (127 - elem.bias), n)
+    return _with_specials(elem, placed, value, n)
+
+
+def _with_specials(elem: ElementType, placed, value, n: int):
+    """``value`` with the NaN and Inf codes of ``elem`` selected, read from ``placed``: the code's
+    sign at bit 31 and its magnitude bits under FP32's exponent and mantissa fields."""
+    u, nan = (lambda v: u32(v, n)), f32(float("nan"), n)
     if elem.nan == "all-ones":
-        value = tirx.Select(mag == u32((1 << (elem.bits - 1)) - 1), f32(float("nan")), value)
-    elif elem.nan == "ieee":
-        man = mag & u32((1 << elem.mbits) - 1)
-        special = tirx.Select(man == u32(0), tirx.reinterpret("float32", sign | u32(0x7F800000)),
-                              f32(float("nan")))
-        value = tirx.Select(exp == top, special, value)
+        return tirx.Select(placed & u(0x7FFFFFFF) == u(_magnitude_mask(elem) << (23 - elem.mbits)), nan, value)
+    if elem.nan == "ieee":
+        exp_field = ((1 << elem.ebits) - 1) << 23
+        man = placed & u(((1 << elem.mbits) - 1) << (23 - elem.mbits))
+        inf = tirx.reinterpret(_typed("float32", n), (placed & u(0x80000000)) | u(0x7F800000))
+        return tirx.Select(placed & u(exp_field) == u(exp_field), tirx.Select(man == u(0), inf, nan), value)
     return value
 
 
 def scale_value(scale: ScaleType, code) -> tirx.PrimExpr:
-    """The float32 value of a block scale code."""
+    """The float32 value of a block scale code (scalar or vector)."""
     if scale.element is not None:
         return element_value(scale.element, code)
-    s = tirx.Cast("uint32", code)
-    value = tirx.reinterpret("float32", s << u32(23))
-    value = tirx.Select(s == u32(0), f32(2.0**-127), value)
-    return tirx.Select(s == u32(255), f32(float("nan")), value)
+    n = lanes_of(code)
+    s = tirx.Cast(_typed("uint32", n), code)
+    value = tirx.reinterpret(_typed("float32", n), s << u32(23, n))
+    value = tirx.Select(s == u32(0, n), f32(2.0**-127, n), value)
+    return tirx.Select(s == u32(255, n), f32(float("nan"), n), value)
 
 
 def element_code(fmt: BlockFormat, layout: str, codes, row: tuple, b, j) -> tirx.PrimExpr:
