@@ -31,6 +31,21 @@ ROWS_PER_TASK = 4
 PARALLEL_MIN_WEIGHTS = 1 << 13  # below this a thread pool launch costs more than it saves
 
 
+def vector_isa(target) -> str | None:
+    """``"avx512"`` or ``"avx2"`` for an LLVM x86 target with those features (AVX2 with FMA), else None."""
+    if target is None:
+        return None
+    target = tvm.target.Target(target)
+    if target.kind.name != "llvm":
+        return None
+    has = tvm.target.codegen.target_has_features
+    if has("avx512f", target):
+        return "avx512"
+    if has("avx2", target) and has("fma", target):
+        return "avx2"
+    return None
+
+
 def add_kernel(bb, func, name: str, attrs: dict | None = None):
     """Add a decode kernel to a Relax BlockBuilder, opaque to fusion; its GlobalVar.
 

@@ -43,7 +43,7 @@ from edgekit.simulators.formats import LiftQuantFormat, get_liftquant_format
 from edgekit.simulators.liftquant import LiftQuantTensor
 from edgekit.simulators.liftquant.layout import row_bytes
 
-from .kernel_schedules import GENERIC_CUDA, add_kernel, gpu_schedule, per_structure
+from .kernel_schedules import GENERIC_CUDA, add_kernel, gpu_schedule, per_structure, vector_isa
 from .tir_decode import scale_value, u32
 
 BYTE_BITS = 8
@@ -366,18 +366,10 @@ def _has_block(sch, name: str) -> bool:
 GEMV_ATTR = "edgekit.liftquant_gemv"  # a CPU GEMV's [format, rows, chunks, group size or 0, batch]
 
 
-def has_avx512(target) -> bool:
-    """Whether ``target`` (anything ``tvm.target.Target`` takes, or None) is an LLVM CPU with AVX-512F."""
-    if target is None:
-        return False
-    target = tvm.target.Target(target)
-    return target.kind.name == "llvm" and bool(tvm.target.codegen.target_has_features("avx512f", target))
-
-
 def cpu_gemv(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | None, batch: int, target=None):
     """The scheduled ``bytes_major`` GEMV for a CPU ``target``: nibble tables on AVX-512 (rows a
     multiple of 16), bit selects elsewhere (any target, or None when it is not known yet)."""
-    avx512 = has_avx512(target) and rows % ROW_LANES == 0
+    avx512 = vector_isa(target) == "avx512" and rows % ROW_LANES == 0
     func = schedule_cpu(gemv_kernel(fmt, rows, chunks, group_size, BYTES_MAJOR, batch, avx512), BYTES_MAJOR)
     return func.with_attr(GEMV_ATTR, [fmt.name, rows, chunks, group_size or 0, batch])
 

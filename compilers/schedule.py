@@ -10,8 +10,8 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from .kernel_schedules import GENERIC_CUDA, KERNEL_ATTR, gpu_schedule, schedule_cpu_kernel
-from .liftquant_kernels import GEMV_ATTR, has_avx512, specialize_cpu_gemv
+from .kernel_schedules import GENERIC_CUDA, KERNEL_ATTR, gpu_schedule, schedule_cpu_kernel, vector_isa
+from .liftquant_kernels import GEMV_ATTR, specialize_cpu_gemv
 
 
 def schedule(mod, device: str, target=None):
@@ -25,7 +25,7 @@ def schedule(mod, device: str, target=None):
     if device == "cpu":
         for gv, func in kernels.items():
             mod[gv] = schedule_cpu_kernel(func)
-        if has_avx512(target):  # LiftQuant GEMVs were lowered before the target was known
+        if vector_isa(target) == "avx512":  # LiftQuant GEMVs were lowered before the target was known
             for gv, func in list(mod.functions_items()):
                 if isinstance(func, tirx.PrimFunc) and func.attrs and GEMV_ATTR in func.attrs:
                     mod[gv] = specialize_cpu_gemv(func, target)

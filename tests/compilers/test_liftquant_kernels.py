@@ -10,7 +10,7 @@ import tvm
 from tvm import relax
 
 from edgekit.compilers.export import cuda_source, nvcc_fatbin
-from edgekit.compilers.kernel_schedules import gpu_schedule
+from edgekit.compilers.kernel_schedules import gpu_schedule, vector_isa
 from edgekit.compilers.liftquant_kernels import (
     BYTES_MAJOR,
     LAYOUTS,
@@ -18,7 +18,6 @@ from edgekit.compilers.liftquant_kernels import (
     cpu_gemv,
     decode_kernel,
     gemv_kernel,
-    has_avx512,
     layer_kernels,
     layer_module,
     rotate_kernel,
@@ -40,7 +39,7 @@ CASES = [
     ("6to4", (17, 50), None, False),
     ("16to8", (8, 4096), None, False),  # a power of two: signs and a 12-stage Walsh-Hadamard, no factor
 ]
-HOST_AVX512 = has_avx512(tvm_target("host"))
+HOST_AVX512 = vector_isa(tvm_target("host")) == "avx512"
 # rows a multiple of 16; group scales, a last group past the row's bytes, two row blocks of 128
 TABLE_CASES = [("24to10", (48, 100), None, True), ("16to8", (32, 96), 16, False), ("24to10", (16, 130), 20, True),
                ("10to8", (256, 64), 32, False)]
@@ -184,6 +183,6 @@ def test_bad_input():
     with pytest.raises(ValueError, match="rows a multiple of 16, got layout='bytes_major', rows=8"):
         gemv_kernel(q.format, 8, q.chunks, None, BYTES_MAJOR, avx512=True)
     arm = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
-    assert not has_avx512(arm) and not has_avx512(None) and not has_avx512({"kind": "cuda"})
+    assert vector_isa(arm) is None and vector_isa(None) is None and vector_isa({"kind": "cuda"}) is None
     assert "lut" not in cpu_gemv(q.format, 16, q.chunks, None, 1, arm).script()  # the portable bit selects
     assert rotate_kernel(40, 40, 8, False) is not None and BYTES_MAJOR in LAYOUTS

@@ -10,7 +10,7 @@ import tvm
 from edgekit.compilers.build import run
 from edgekit.compilers.export import cuda_source
 from edgekit.compilers.importer import import_torch
-from edgekit.compilers.liftquant_kernels import has_avx512
+from edgekit.compilers.kernel_schedules import vector_isa
 from edgekit.compilers.lower import lower
 from edgekit.compilers.pipeline import compile_for_cpu
 from edgekit.compilers.plan import check_weight_format, make_plan
@@ -31,7 +31,7 @@ def simulated(model, plan):
     return out
 
 
-HOST_AVX512 = has_avx512(tvm_target("host"))
+HOST_AVX512 = vector_isa(tvm_target("host")) == "avx512"
 
 
 @pytest.mark.parametrize(("cls", "shape", "host"), [
