@@ -27,9 +27,13 @@ from edgekit.simulators.liftquant import quantize as liftquant_quantize
 
 from .decode_kernels import conv2d_kernel, dense_kernel, reduction_block
 from .importer import ImportedModel
-from .kernel_schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, add_kernel, dense_lanes
+from .kernel_schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, add_kernel, dense_lanes, vector_isa
 from .liftquant_kernels import emit_layer
 from .plan import block_format, check_plan, is_liftquant
+from .row_tile_gemv import LAYOUT as ROW_TILES
+from .row_tile_gemv import applies as row_tiles_fit
+from .row_tile_gemv import gemv_kernel as row_tile_kernel
+from .row_tile_gemv import tile_rows
 
 DEVICES = ("cpu", "cuda")
 
@@ -110,7 +114,7 @@ class _LowerWeights(relax.PyExprMutator):
         self.device = device
         self.encoded = encoded or {}  # layer -> LiftQuantTensor given by the caller (e.g. fine-tuned codes)
         self.records: dict[str, LayerRecord] = {}
-        self.target = target  # the build's TVM target, for the CUDA GEMV schedules
+        self.target = target  # the build's TVM target: CPU GEMVs for its vector units, CUDA GEMV schedules
 
     def _param(self, expr):
         """(layer, value, transposed) if ``expr`` is a planned weight, maybe through permute_dims."""
@@ -167,13 +171,24 @@ class _LowerWeights(relax.PyExprMutator):
                                  "fixed batch (--max-batch 1 or --input-shape) or plan the layer in a block format")
             y = self._liftquant_dense(layer, x2, rows, op, value.shape)
             return y if len(x_shape) == 2 else relax.op.reshape(self.builder_.emit(y), (*x_shape[:-1], n))
-        fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, value.shape)
-        gv = add_kernel(self.builder_, dense_function(fmt_name, layout, _static(m), n, k, ts),
-                        _kernel_name("dense", fmt_name, (_static(m), n, k), layer, ts))
+        if _static(m) == 1 and row_tiles_apply(self.plan_formats[layer], n, k, self.device, self.target):
+            func, consts, ts = self._row_tile_constants(layer, rows, value.shape)
+            gv = add_kernel(self.builder_, func, _kernel_name("gemv_tiles", self.plan_formats[layer], (1, n, k), layer, ts))
+        else:
+            fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, value.shape)
+            gv = add_kernel(self.builder_, dense_function(fmt_name, layout, _static(m), n, k, ts),
+                            _kernel_name("dense", fmt_name, (_static(m), n, k), layer, ts))
         y = relax.call_tir(gv, [x2, *consts], relax.TensorType((m, n), "float32"))
         if len(x_shape) == 2:
             return y
         return relax.op.reshape(self.builder_.emit(y), (*x_shape[:-1], n))
+
+    def _row_tile_constants(self, layer, rows, shape):
+        """The batch-1 GEMV of ``row_tile_gemv`` for this CPU target: its kernel, constants and tensor scale."""
+        fmt_name = self.plan_formats[layer]
+        func, consts, tensor_scale, fields = row_tile_function(fmt_name, rows, self.target)
+        self.records[layer] = LayerRecord(fmt_name, "gemv", list(shape), ROW_TILES, **fields)
+        return func, [relax.const(c) for c in consts], tensor_scale
 
     def _liftquant_dense(self, layer, x2, rows, op, shape):
         """The LiftQuant layer (simulators' pipeline: rotation, row scales, default search) as
@@ -218,6 +233,23 @@ class _LowerWeights(relax.PyExprMutator):
         return relax.call_tir(gv, [x, *consts], relax.TensorType(out_shape, "float32"))
 
 
+def row_tiles_apply(fmt_name: str, n: int, k: int, device: str, target) -> bool:
+    """Whether a batch-1 ``n x k`` layer in ``fmt_name`` takes ``row_tile_gemv`` on ``target``: a block
+    format whose codes fill 32-bit words, on an x86 CPU with AVX2 or AVX-512."""
+    row = wf.resolve(fmt_name)
+    return (device == "cpu" and not row.is_float and not is_liftquant(fmt_name) and vector_isa(target) is not None
+            and row_tiles_fit(block_format(fmt_name), n, k))
+
+
+def row_tile_function(fmt_name: str, weight_rows: np.ndarray, target):
+    """(kernel, constants, tensor scale, record fields) of the batch-1 ``row_tile_gemv`` of a weight given
+    as rows of input channels, for the vector units of ``target`` (see :func:`row_tiles_apply`)."""
+    (codes, scales), tensor_scale, fields = weight_constants(fmt_name, weight_rows, PACKED)
+    fmt = block_format(fmt_name)
+    func = row_tile_kernel(fmt, *weight_rows.shape, vector_isa(target), tensor_scale)
+    return func, tile_rows(codes, scales, fmt), tensor_scale, fields
+
+
 def dense_function(fmt_name: str, layout: str | None, m: int | None, n: int, k: int, tensor_scale: float | None):
     """The dense kernel of one layer (``m`` None: any batch), with what ``build.schedule`` needs to schedule it."""
     func = dense_kernel(fmt_name, layout, m, n, k, tensor_scale)
@@ -246,7 +278,8 @@ def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu", en
 
     ``encoded`` gives LiftQuant layers their codes (layer -> ``LiftQuantTensor``, e.g.
     ``edgekit quantize --codes``); other LiftQuant layers are encoded here. ``target`` (the build's
-    TVM target) schedules CUDA LiftQuant GEMVs for its arch.
+    TVM target) schedules CUDA LiftQuant GEMVs for its arch and picks batch-1 CPU GEMVs for its vector
+    units (``row_tile_gemv``).
     """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")

@@ -43,7 +43,7 @@ def compile_for_cpu(imported: ImportedModel, plan: dict[str, str], target=None):
     import tvm
 
     target = target or tvm.target.Target({"kind": "llvm"})
-    lowered = lower(imported, plan, "cpu")
+    lowered = lower(imported, plan, "cpu", target=target)
     return build(schedule(lowered.mod, "cpu", target), target), lowered
 
 

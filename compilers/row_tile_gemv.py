@@ -1,0 +1,221 @@
+"""Batch-1 CPU GEMV over row tiles: a vector lane per weight row, codes decoded from 32-bit words.
+
+The ``row_tiles`` layout (:func:`tile_rows`) keeps the codecs' bytes but reorders them:
+rows in tiles of :data:`ROW_TILE`, and within a tile word ``w`` (32 bits of a row's
+packed codes: elements ``w * per .. w * per + per - 1``, lowest bits first, exactly as the
+codecs pack them) of every row contiguous. So one vector load gives the same word of 16
+rows (AVX-512) or 8 (AVX2), element ``j`` of each lane is a shift away, and its input
+``x[w * per + j]`` is one broadcast shared by all lanes. A block's products are summed
+unscaled and multiplied by the vector of the rows' block scales once per block, so a
+scale costs one FMA per block instead of a multiply per weight. Tiles run in parallel,
+each streaming one contiguous region of codes.
+
+Element decode, chosen from the format's row, never its name:
+
+* 4-bit codes on AVX-512: the 16 float32 values of the format's decode table in one
+  register, looked up by ``vpermps``, which reads only the low 4 bits of each lane, so the
+  shift is the whole extraction.
+* 4-bit codes on AVX2 (whose ``vpermps`` holds 8 entries), where every value of the table
+  is a small integer times one power of two (E2M1, INT4): an int8 table that ``vpshufb``
+  looks up for four nibbles of each lane at once; each is sign-extended by shifts and
+  converted, and the power of two goes into the block scale (exact).
+* other integer codes: shifted to the top of the lane, shifted back arithmetically (the sign
+  extension) and converted; the 2^-fraction_bits goes into the block scale.
+* otherwise (8-bit float codes, or a 4-bit table with NaN on AVX2): ``tir_decode.element_value_top``,
+  the arithmetic decode every other kernel uses, on each code shifted to the top of its lane.
+
+The lookups are LLVM x86 intrinsics: the kernel exists for x86 targets with AVX2 and FMA
+(``kernel_schedules.vector_isa``), for weights whose codes fill whole words per block (:func:`applies`).
+6-bit codes straddle words, so MXFP6 keeps the dense kernel.
+The result equals ``x @ dequantize(W).T`` up to float32 summation order.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import tvm
+from tvm import te, tirx
+
+from edgekit.simulators import BlockFormat
+
+from .kernel_schedules import vector_isa
+from .tir_decode import element_value, element_value_top, scale_value
+
+ROW_TILE = 64  # rows per tile: a multiple of every ISA's lanes * VECTORS
+VECTORS = 4  # vectors of rows summed together: 4 accumulators, 4 block sums and 4 words in registers
+WORD_BITS = 32
+TABLE_SIZE = 16
+LANES = {"avx512": 16, "avx2": 8}
+LAYOUT = "row_tiles"
+INT8 = (-128, 127)
+MAX_TABLE_SHIFT = 8  # powers of two tried to make a 4-bit table's values integers
+
+
+def codes_per_word(fmt: BlockFormat) -> int:
+    return WORD_BITS // fmt.element.bits
+
+
+def applies(fmt: BlockFormat, n: int, k: int) -> bool:
+    """Whether an ``n x k`` weight in ``fmt`` can take the row-tile GEMV: codes that fill whole
+    32-bit words, blocks of whole words, no partial block, and whole tiles of rows."""
+    bits = fmt.element.bits
+    return (WORD_BITS % bits == 0 and fmt.block_size % (WORD_BITS // bits) == 0 and k % fmt.block_size == 0
+            and n % ROW_TILE == 0)
+
+
+def tile_rows(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat) -> tuple[np.ndarray, np.ndarray]:
+    """The codecs' (n, bytes) codes and (n, blocks) scales in the ``row_tiles`` layout:
+    codes (n / ROW_TILE, words, ROW_TILE) uint32 (little-endian words) and scales (n / ROW_TILE, blocks, ROW_TILE)."""
+    codes = np.ascontiguousarray(codes, dtype=np.uint8)
+    n = codes.shape[0]
+    if n % ROW_TILE or codes.shape[1] % (WORD_BITS // 8):
+        raise ValueError(f"{LAYOUT} needs a multiple of {ROW_TILE} rows of whole 32-bit words of {fmt.name} codes; "
+                         f"got {n} rows of {codes.shape[1]} bytes")
+    words = codes.view("<u4").reshape(n // ROW_TILE, ROW_TILE, -1)
+    tiled_scales = np.asarray(scales, np.uint8).reshape(n // ROW_TILE, ROW_TILE, -1)
+    return (np.ascontiguousarray(words.transpose(0, 2, 1)).astype(np.uint32, copy=False),
+            np.ascontiguousarray(tiled_scales.transpose(0, 2, 1)))
+
+
+def int8_table(fmt: BlockFormat) -> tuple[list[int], int] | None:
+    """(values * 2^shift as int8, shift) of a 4-bit decode table whose values all are such integers, else None."""
+    values = fmt.element.values
+    if len(values) != TABLE_SIZE or not np.all(np.isfinite(values)):
+        return None
+    for shift in range(MAX_TABLE_SHIFT):
+        scaled = values * 2.0**shift
+        if np.all(scaled == np.round(scaled)):
+            ints = [int(v) for v in scaled]
+            return (ints, shift) if INT8[0] <= min(ints) and max(ints) <= INT8[1] else None
+    return None
+
+
+def _i32(value, lanes):
+    return tirx.Broadcast(tirx.const(value, "int32"), lanes)
+
+
+class _Decoder:
+    """The element values of one vector of words, for each code position in the word."""
+
+    def __init__(self, fmt: BlockFormat, isa: str):
+        self.fmt, self.isa, self.lanes = fmt, isa, LANES[isa]
+        self.bits = fmt.element.bits
+        self.f32 = f"float32x{self.lanes}"
+        self.table_shift = 0
+        if self.bits == 4 and isa == "avx512":
+            self.mode = "permute"
+        elif self.bits == 4 and isa == "avx2" and int8_table(fmt) is not None:
+            self.mode = "int8"
+            _, self.table_shift = int8_table(fmt)
+            self.table = self._int8_table_vector(self.table_shift)
+        elif fmt.element.kind == "int":  # sign-extend and convert; 2^-frac_bits goes into the block scale
+            self.mode = "int"
+            self.table_shift = fmt.element.frac_bits
+        else:
+            self.mode = "arithmetic"
+
+    def _int8_table_vector(self, shift: int):
+        """The 16 int8 values (decode table * 2^shift) in every 128-bit lane of an int32 vector,
+        byte ``i`` of lane ``q`` holding code ``(4q + i) mod 16`` (``vpshufb`` looks up per 128-bit lane).
+        Built from the table's decode expression, so LLVM folds it into a constant."""
+        lanes = self.lanes
+        quad = tirx.Ramp(tirx.const(0, "int32"), tirx.const(4, "int32"), lanes)
+        table = _i32(0, lanes)
+        for i in range(4):
+            code = (quad + _i32(i, lanes)) & _i32(TABLE_SIZE - 1, lanes)
+            value = element_value(self.fmt.element, code) * tirx.Broadcast(tirx.const(2.0**shift, "float32"), lanes)
+            table = table | ((tirx.Cast(f"int32x{lanes}", value) & _i32(0xFF, lanes)) << _i32(8 * i, lanes))
+        return table
+
+    def values(self, word) -> list:
+        """float32 vectors of every code in ``word`` (uint32 lanes), in element order."""
+        per = WORD_BITS // self.bits
+        lanes = self.lanes
+        if self.mode == "permute":
+            table = element_value(self.fmt.element, tirx.Ramp(tirx.const(0, "int32"), tirx.const(1, "int32"), lanes))
+            index = tirx.reinterpret(f"int32x{lanes}", word)
+            return [tirx.call_llvm_pure_intrin(self.f32, "llvm.x86.avx512.permvar.sf.512", table,
+                                               index >> _i32(4 * j, lanes) if j else index) for j in range(per)]
+        if self.mode == "int8":
+            index = tirx.reinterpret(f"int32x{lanes}", word)
+            out = [None] * per
+            for half in range(2):  # even elements from low nibbles, odd from high
+                nibbles = ((index >> _i32(4, lanes)) if half else index) & _i32(0x0F0F0F0F, lanes)
+                looked = tirx.call_llvm_pure_intrin(f"int8x{4 * lanes}", "llvm.x86.avx2.pshuf.b",
+                                                    tirx.reinterpret(f"int8x{4 * lanes}", self.table),
+                                                    tirx.reinterpret(f"int8x{4 * lanes}", nibbles))
+                looked = tirx.reinterpret(f"int32x{lanes}", looked)
+                for byte in range(4):
+                    top = looked << _i32(24 - 8 * byte, lanes) if byte < 3 else looked
+                    out[2 * byte + half] = tirx.Cast(self.f32, top >> _i32(24, lanes))
+            return out
+        word = tirx.reinterpret(f"int32x{lanes}", word)
+        if self.mode == "int":
+            return [tirx.Cast(self.f32, (word << _i32(WORD_BITS - self.bits * (j + 1), lanes) if j < per - 1 else word)
+                              >> _i32(WORD_BITS - self.bits, lanes)) for j in range(per)]
+        return [element_value_top(self.fmt.element, word << _i32(WORD_BITS - self.bits * (j + 1), lanes)
+                                  if j < per - 1 else word) for j in range(per)]
+
+
+def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: float | None):
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as T
+
+    decoder = _Decoder(fmt, isa)
+    lanes, f32 = decoder.lanes, decoder.f32
+    per = codes_per_word(fmt)
+    block_words = fmt.block_size // per
+    n_tiles, _, _ = (int(v) for v in codes.shape)
+    n_blocks = int(scales.shape[1])
+    rows = lanes * VECTORS
+    zero = tirx.Broadcast(tirx.const(0.0, "float32"), lanes)
+    post = 2.0**-decoder.table_shift * (1.0 if tensor_scale is None else tensor_scale)
+
+    def lane_slice(v):
+        return tirx.Ramp(v * lanes, 1, lanes)
+
+    with IRBuilder() as ib, T.parallel(0, n_tiles * (ROW_TILE // rows)) as task:
+        tile, first = task // (ROW_TILE // rows), (task % (ROW_TILE // rows)) * rows
+        acc = T.alloc_buffer((rows,), "float32", scope="local")
+        block_sum = T.alloc_buffer((rows,), "float32", scope="local")
+        for v in range(VECTORS):
+            T.buffer_store(acc, zero, [lane_slice(v)])
+        with T.serial(0, n_blocks) as b:
+            for v in range(VECTORS):
+                T.buffer_store(block_sum, zero, [lane_slice(v)])
+            for w_in_block in range(block_words):
+                w = b * block_words + w_in_block
+                for v in range(VECTORS):
+                    word = codes.vload([tile, w, first + v * lanes], f"uint32x{lanes}")
+                    for j, value in enumerate(decoder.values(word)):
+                        xj = tirx.Broadcast(x[0, w * per + j], lanes)
+                        T.buffer_store(block_sum, block_sum.vload([v * lanes], f32) + value * xj, [lane_slice(v)])
+            for v in range(VECTORS):
+                scale = scale_value(fmt.scale, scales.vload([tile, b, first + v * lanes], f"uint8x{lanes}"))
+                T.buffer_store(acc, acc.vload([v * lanes], f32) + block_sum.vload([v * lanes], f32) * scale,
+                               [lane_slice(v)])
+        for v in range(VECTORS):
+            out = acc.vload([v * lanes], f32)
+            if post != 1.0:
+                out = out * tirx.Broadcast(tirx.const(post, "float32"), lanes)
+            T.buffer_store(y, out, [0, tirx.Ramp(tile * ROW_TILE + first + v * lanes, 1, lanes)])
+    return ib.get()
+
+
+def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float | None = None):
+    """``y (1, n) = x (1, k) @ W^T`` from ``row_tiles`` codes and scales, scheduled for ``isa``
+    (``"avx512"`` or ``"avx2"``, see :func:`vector_isa`)."""
+    if isa not in LANES:
+        raise ValueError(f"isa must be one of {', '.join(LANES)}, got {isa!r}")
+    if not applies(fmt, n, k):
+        raise ValueError(f"the row-tile GEMV takes {fmt.name} weights with a multiple of {ROW_TILE} rows and of "
+                         f"{fmt.block_size} inputs; got {n} x {k}")
+    words = k // codes_per_word(fmt)
+    x = te.placeholder((1, k), "float32", name="x")
+    codes = te.placeholder((n // ROW_TILE, words, ROW_TILE), "uint32", name="codes")
+    scales = te.placeholder((n // ROW_TILE, math.ceil(k / fmt.block_size), ROW_TILE), "uint8", name="scales")
+    y = te.extern((1, n), [x, codes, scales],
+                  lambda ins, outs: _gemv_body(*ins, *outs, fmt, isa, tensor_scale), name="gemv", dtype="float32")
+    return te.create_prim_func([x, codes, scales, y]).with_attr("tirx.is_scheduled", True)

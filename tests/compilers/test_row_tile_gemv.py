@@ -1,0 +1,141 @@
+"""The batch-1 row-tile GEMV equals x @ dequantize(W).T for every format it takes, on each x86 vector ISA
+this machine has; its element decode equals the simulators' table code for code."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import te, tirx
+
+from edgekit.compilers import row_tile_gemv as rt
+from edgekit.compilers.build import run
+from edgekit.compilers.importer import import_torch
+from edgekit.compilers.kernel_schedules import vector_isa
+from edgekit.compilers.pipeline import compile_for_cpu
+from edgekit.compilers.plan import make_plan
+from edgekit.compilers.tir_decode import element_value_top
+from edgekit.simulators import FORMATS, QuantizedTensor, dequantize, quantize
+from edgekit.simulators.reference import pack_codes
+from edgekit.targets import tvm_target
+
+from .models import seeded
+from .test_compiled_models import assert_float32_close, simulated
+
+HOST = tvm_target("host")
+HOST_ISA = vector_isa(HOST)
+ISAS = [isa for isa in ("avx2", "avx512") if HOST_ISA == "avx512" or HOST_ISA == isa]
+ISA_TARGETS = {"avx512": {"kind": "llvm", "mcpu": "skylake-avx512"}, "avx2": {"kind": "llvm", "mcpu": "haswell"}}
+TILED = [name for name, fmt in FORMATS.items() if rt.applies(fmt, rt.ROW_TILE, fmt.block_size)]
+needs_x86 = pytest.mark.skipif(not ISAS, reason="the row-tile GEMV needs an x86 CPU with AVX2 and FMA")
+
+
+def gemv(q: QuantizedTensor, x: np.ndarray, isa: str) -> np.ndarray:
+    n, k = q.shape
+    lib = tvm.compile(tvm.IRModule({"main": rt.gemv_kernel(q.format, n, k, isa, q.tensor_scale)}),
+                      target=tvm.target.Target(ISA_TARGETS[isa]))
+    args = [tvm.runtime.tensor(a) for a in (x, *rt.tile_rows(q.codes, q.scales, q.format), np.zeros((1, n), np.float32))]
+    lib["main"](*args)
+    return args[-1].numpy()
+
+
+def test_the_formats_it_takes():
+    assert {"mxfp4", "mxint4", "nvfp4", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2"} <= set(TILED)
+    assert "mxfp6_e2m3" not in TILED  # 6-bit codes straddle 32-bit words
+
+
+@needs_x86
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("name", TILED)
+def test_quantized_weight(name, isa):
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((128, 256)).astype(np.float32) * 0.05
+    x = rng.standard_normal((1, 256)).astype(np.float32)
+    q = quantize(w, name, axis=-1)
+    expected = (x.astype(np.float64) @ dequantize(q).astype(np.float64).T).astype(np.float32)
+    assert_float32_close(gemv(q, x, isa), expected)
+
+
+@needs_x86
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("name", TILED)
+def test_every_code_byte(name, isa):
+    """Random codes (every code; NaN and Inf codes in the second half of the rows only) and finite scales."""
+    fmt = FORMATS[name]
+    rng = np.random.default_rng(1)
+    template = quantize(np.ones((rt.ROW_TILE, 4 * fmt.block_size), np.float32), fmt, axis=-1)
+    elements = rng.integers(0, 1 << fmt.element.bits, template.shape)
+    special = ~np.isfinite(fmt.element.values[elements])
+    special[rt.ROW_TILE // 2:] = False
+    elements[special] = 0
+    codes = pack_codes(elements.astype(np.uint8), fmt.element.bits)
+    finite = [s for s in range(256) if np.isfinite(fmt.scale.values[s]) and 2.0**-8 <= fmt.scale.values[s] <= 2.0**8]
+    scales = rng.choice(finite, template.scales.shape).astype(np.uint8)
+    q = QuantizedTensor(fmt, template.shape, template.axis, codes, scales, template.tensor_scale)
+    x = rng.standard_normal((1, q.shape[1])).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        expected = (x.astype(np.float64) @ dequantize(q).astype(np.float64).T).astype(np.float32)
+    actual = gemv(q, x, isa)
+    assert np.array_equal(np.isnan(actual), np.isnan(expected))
+    infinite = np.isinf(expected)
+    assert np.array_equal(actual[infinite], expected[infinite])
+    assert np.isfinite(expected[0, :rt.ROW_TILE // 2]).all()
+    assert_float32_close(actual[np.isfinite(expected)], expected[np.isfinite(expected)])
+
+
+@pytest.mark.parametrize("name", [n for n in TILED if FORMATS[n].element.bits == 8])
+def test_top_of_word_decode_is_the_table(name):
+    """element_value_top on every code, with arbitrary bits below it, gives the decode table's bits."""
+    elem = FORMATS[name].element
+    codes = np.arange(1 << elem.bits, dtype=np.uint32)
+    noise = np.random.default_rng(2).integers(0, 1 << (32 - elem.bits), codes.size, dtype=np.uint32)
+    words = ((codes << np.uint32(32 - elem.bits)) | noise).view(np.int32)
+    inp = te.placeholder((codes.size,), "int32", name="top")
+    out = te.compute(inp.shape, lambda i: element_value_top(elem, inp[i]), name="value")
+    lib = tvm.compile(te.create_prim_func([inp, out]), target="llvm")
+    result = tvm.runtime.tensor(np.zeros(codes.size, np.float32))
+    lib(tvm.runtime.tensor(words), result)
+    expected = elem.values.astype(np.float32)
+    nan = np.isnan(expected)
+    assert np.array_equal(np.isnan(result.numpy()), nan)
+    assert np.array_equal(result.numpy().view(np.uint32)[~nan], expected.view(np.uint32)[~nan])
+
+
+def test_int8_tables():
+    assert rt.int8_table(FORMATS["mxfp4"]) == ([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], 1)
+    assert rt.int8_table(FORMATS["mxint4"])[0][8] == -8
+    assert rt.int8_table(FORMATS["mxint8"]) is None  # 256 codes: no 16-entry table
+
+
+def test_bad_shapes_and_isa_are_named():
+    fmt = FORMATS["mxfp4"]
+    with pytest.raises(ValueError, match="isa must be one of avx512, avx2"):
+        rt.gemv_kernel(fmt, 64, 64, "neon")
+    with pytest.raises(ValueError, match="multiple of 64 rows"):
+        rt.gemv_kernel(fmt, 48, 64, "avx2")
+    with pytest.raises(ValueError, match="row_tiles needs a multiple of 64 rows"):
+        rt.tile_rows(np.zeros((48, 16), np.uint8), np.zeros((48, 1), np.uint8), fmt)
+
+
+def test_targets_without_the_vector_units_take_no_tiles():
+    assert vector_isa(None) is None
+    assert vector_isa({"kind": "llvm"}) is None  # a generic x86-64: SSE2 only
+    assert vector_isa({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}) is None
+    assert vector_isa({"kind": "llvm", "mcpu": "haswell"}) == "avx2"
+    assert vector_isa({"kind": "llvm", "mcpu": "skylake-avx512"}) == "avx512"
+
+
+@needs_x86
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "mxint8"])
+def test_compile_for_this_cpu_takes_tiles_at_batch_one(fmt):
+    """A 128 -> 64 -> 10 MLP at batch 1: the 64-row layer takes the row-tile GEMV, the 10-row head the
+    dense kernel, and the model equals PyTorch on the simulated weights; at batch 2 no layer takes it."""
+    model = seeded(lambda: torch.nn.Sequential(torch.nn.Linear(128, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)))
+    plan = make_plan(model, fmt)
+    for batch, layout in ((1, rt.LAYOUT), (2, None)):
+        x = torch.randn(batch, 128, generator=torch.Generator().manual_seed(batch))
+        executable, lowered = compile_for_cpu(import_torch(model, (x,)), plan, HOST)
+        layouts = {layer: record.layout for layer, record in lowered.layers.items()}
+        assert (layouts["0"] == rt.LAYOUT) == (layout == rt.LAYOUT), layouts
+        assert layouts["2"] != rt.LAYOUT
+        with torch.no_grad():
+            assert_float32_close(run(executable, [x.numpy()])[0], simulated(model, fmt)(x).numpy())
