@@ -31,6 +31,9 @@ ROWS_PER_TASK = 4
 PARALLEL_MIN_WEIGHTS = 1 << 13  # below this a thread pool launch costs more than it saves
 
 
+VECTOR_LANES = {"avx512": 16, "avx2": 8}  # float32 lanes of a vector register of each x86 ISA
+
+
 def vector_isa(target) -> str | None:
     """``"avx512"`` or ``"avx2"`` for an LLVM x86 target with those features (AVX2 with FMA), else None."""
     if target is None:

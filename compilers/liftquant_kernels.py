@@ -43,7 +43,7 @@ from edgekit.simulators.formats import LiftQuantFormat, get_liftquant_format
 from edgekit.simulators.liftquant import LiftQuantTensor
 from edgekit.simulators.liftquant.layout import row_bytes
 
-from .kernel_schedules import GENERIC_CUDA, add_kernel, gpu_schedule, per_structure, vector_isa
+from .kernel_schedules import GENERIC_CUDA, VECTOR_LANES, add_kernel, gpu_schedule, per_structure, vector_isa
 from .tir_decode import scale_value, u32
 
 BYTE_BITS = 8
@@ -209,43 +209,57 @@ TABLE_PREFETCH = 4  # byte positions ahead that the table GEMV prefetches
 CACHE_LINE = 64
 
 
-def _table_sums_avx512(lut, codes, out, group_bytes: int, total_bytes: int):
+def _table_sums(lut, codes, out, group_bytes: int, total_bytes: int, isa: str):
     """``out[a, g, n] = sum_{bytes b of group g} lut[a, 2b, low nibble] + lut[a, 2b + 1, high nibble]``.
 
-    For 16 rows at once: the bytes_major load gives a byte of each, and each nibble is one
-    ``vpermps`` of its 16-entry table, held in a register (LLVM has no portable variable
-    permute, and a gather is several times slower). Returns the TIR statement.
+    For a vector of rows at once: the bytes_major load gives a byte of each, and each nibble
+    indexes its 16-entry table held in registers (LLVM has no portable variable permute, and a
+    gather is several times slower): one ``vpermps`` of the whole table on AVX-512; on AVX2,
+    whose ``vpermps`` holds 8 entries, one of each half and a ``vblendvps`` on the nibble's
+    top bit. Returns the TIR statement.
     """
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
+    lanes = VECTOR_LANES[isa]
     batch, n_groups, rows = (int(v) for v in out.shape)
     block = math.gcd(rows, TABLE_ROW_BLOCK)
-    f32x16, zero = f"float32x{ROW_LANES}", tirx.Broadcast(tirx.const(0.0, "float32"), ROW_LANES)
+    f32, i32 = f"float32x{lanes}", f"int32x{lanes}"
+    zero = tirx.Broadcast(tirx.const(0.0, "float32"), lanes)
 
-    def lookup(table, index):
-        return tirx.call_llvm_pure_intrin(f32x16, "llvm.x86.avx512.permvar.sf.512", table, index)
+    def splat(value: int):
+        return tirx.Broadcast(tirx.const(value, "int32"), lanes)
+
+    def table(a, position):
+        if isa == "avx512":
+            return lut.vload([a, position, 0], f32)
+        return lut.vload([a, position, 0], f32), lut.vload([a, position, lanes], f32)
+
+    def lookup(values, index):  # the nibble in the low 4 bits; the permutes read only those
+        if isa == "avx512":
+            return tirx.call_llvm_pure_intrin(f32, "llvm.x86.avx512.permvar.sf.512", values, index)
+        low, high = (tirx.call_llvm_pure_intrin(f32, "llvm.x86.avx2.permps", half, index) for half in values)
+        top = tirx.reinterpret(f32, index << splat(32 - NIBBLE_BITS))  # the nibble's bit 3 as the sign
+        return tirx.call_llvm_pure_intrin(f32, "llvm.x86.avx.blendv.ps.256", low, high, top)
 
     with IRBuilder() as ib, T.parallel(0, rows // block) as tile, T.serial(0, batch) as a, \
             T.serial(0, n_groups) as g:
-        with T.serial(0, block // ROW_LANES) as v:
-            T.buffer_store(out, zero, [a, g, tirx.Ramp(tile * block + v * ROW_LANES, 1, ROW_LANES)])
+        with T.serial(0, block // lanes) as v:
+            T.buffer_store(out, zero, [a, g, tirx.Ramp(tile * block + v * lanes, 1, lanes)])
         with T.serial(0, group_bytes) as b:
             byte = g * group_bytes + b
-            low = lut.vload([a, 2 * byte, 0], f32x16)
-            high = lut.vload([a, 2 * byte + 1, 0], f32x16)
+            low, high = table(a, 2 * byte), table(a, 2 * byte + 1)
             ahead = tirx.min(byte + TABLE_PREFETCH, total_bytes - 1)
             for line in range(0, block, CACHE_LINE):  # read, keep in all levels, data
                 T.evaluate(tirx.call_llvm_intrin("void", "llvm.prefetch.p0", tirx.address_of(
                     codes[ahead, tile * block + line]), *(tirx.const(v, "int32") for v in (0, 3, 1))))
-            with T.serial(0, block // ROW_LANES) as v:
-                n = tile * block + v * ROW_LANES
+            with T.serial(0, block // lanes) as v:
+                n = tile * block + v * lanes
                 # a last group may run past the row's bytes: its tables are zero there
-                code = codes.vload([tirx.min(byte, total_bytes - 1), n], f"uint8x{ROW_LANES}")
-                index = tirx.Cast(f"int32x{ROW_LANES}", code)  # vpermps reads the low 4 bits
-                shift = tirx.Broadcast(tirx.const(NIBBLE_BITS, "int32"), ROW_LANES)
-                T.buffer_store(out, out.vload([a, g, n], f32x16) + (lookup(low, index) + lookup(high, index >> shift)),
-                               [a, g, tirx.Ramp(n, 1, ROW_LANES)])
+                code = codes.vload([tirx.min(byte, total_bytes - 1), n], f"uint8x{lanes}")
+                index = tirx.Cast(i32, code)
+                T.buffer_store(out, out.vload([a, g, n], f32) + (lookup(low, index) + lookup(
+                    high, index >> splat(NIBBLE_BITS))), [a, g, tirx.Ramp(n, 1, lanes)])
     return ib.get()
 
 
@@ -255,7 +269,7 @@ LAYOUTS = (PACKED, BYTES_MAJOR)
 
 
 def gemv_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | None = None,
-                layout: str = PACKED, batch: int = 1, avx512: bool = False):
+                layout: str = PACKED, batch: int = 1, tables: str | None = None):
     """``y`` (batch, rows) = ``x' W'^T`` from packed codes and rotated, padded activations ``x'`` (batch, chunks * d).
 
     ``ones[n, g] = sum_{t in g} B[n, t] z[t]`` is a reduction over (byte, bit in byte) in
@@ -263,14 +277,17 @@ def gemv_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | 
     ``bytes_major`` (the same bytes transposed, :func:`transpose_codes`), where a
     vector of rows reads one byte each from one contiguous load.
 
-    ``avx512`` (``bytes_major``, rows a multiple of 16): ``ones`` by nibble tables instead,
-    :func:`_nibble_tables` and :func:`_table_sums_avx512`; x86 code, already scheduled.
+    ``tables`` (an x86 ISA of :data:`VECTOR_LANES`; ``bytes_major``, rows a multiple of its lanes):
+    ``ones`` by nibble tables instead, :func:`_nibble_tables` and :func:`_table_sums`; x86 code,
+    already scheduled.
     """
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    if avx512 and (layout != BYTES_MAJOR or rows % ROW_LANES):
-        raise ValueError(f"avx512=True takes layout='bytes_major' and rows a multiple of {ROW_LANES}, "
-                         f"got layout={layout!r}, rows={rows}")
+    if tables is not None and tables not in VECTOR_LANES:
+        raise ValueError(f"tables must be None or one of {', '.join(VECTOR_LANES)}, got {tables!r}")
+    if tables and (layout != BYTES_MAJOR or rows % VECTOR_LANES[tables]):
+        raise ValueError(f"tables={tables!r} takes layout='bytes_major' and rows a multiple of "
+                         f"{VECTOR_LANES[tables]}, got layout={layout!r}, rows={rows}")
     _, matrix, row_scale, groups = _placeholders(fmt, rows, chunks, group_size)
     total_bytes = row_bytes(chunks, fmt.lifted)
     if layout == PACKED:
@@ -283,10 +300,10 @@ def gemv_kernel(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | 
     n_groups = -(-total_bytes // group_bytes) if group_size is None else groups.shape[1]
     z = _lift(matrix, xr, fmt, chunks, n_groups * group_bits)
     zsum = _zsum(z, n_groups, group_bits)
-    if avx512:
+    if tables:
         lut = _nibble_tables(z)
-        sums = te.extern((batch, n_groups, rows), [lut, codes], lambda ins, outs: _table_sums_avx512(
-            *ins, *outs, group_bytes, total_bytes), name="ones", dtype="float32")
+        sums = te.extern((batch, n_groups, rows), [lut, codes], lambda ins, outs: _table_sums(
+            *ins, *outs, group_bytes, total_bytes, tables), name="ones", dtype="float32")
         y = _combine(lambda a, n, g: sums[a, g, n], zsum, row_scale, groups, fmt, rows, n_groups, batch)
         inputs = [xr, codes, matrix, row_scale, *([groups] if groups is not None else [])]
         return te.create_prim_func([*inputs, y])
@@ -327,12 +344,12 @@ def schedule_cpu(func, layout: str = PACKED, parallel: bool = True):
     reduction factored over its bit lanes with ``rfactor``). ``bytes_major``: a vector of
     16 rows reads one byte each from one load; each bit is a masked add of the same
     lifted value into 16 row sums, several vectors of rows per byte so the adds overlap.
-    The O(rows) combination runs after them. A kernel made with ``avx512`` has its table
+    The O(rows) combination runs after them. A kernel made with ``tables`` has its table
     sums scheduled already: its lift and tables are vectorized here.
     """
     sch = s_tir.Schedule(func)
     _schedule_lift(sch)
-    if _has_block(sch, "lut"):  # the avx512 kernel: its table sums come scheduled
+    if _has_block(sch, "lut"):  # the table kernel: its table sums come scheduled
         *_, m = sch.get_loops(sch.get_sblock("lut"))
         sch.vectorize(m)
         return sch.mod["main"]
@@ -367,10 +384,12 @@ GEMV_ATTR = "edgekit.liftquant_gemv"  # a CPU GEMV's [format, rows, chunks, grou
 
 
 def cpu_gemv(fmt: LiftQuantFormat, rows: int, chunks: int, group_size: int | None, batch: int, target=None):
-    """The scheduled ``bytes_major`` GEMV for a CPU ``target``: nibble tables on AVX-512 (rows a
-    multiple of 16), bit selects elsewhere (any target, or None when it is not known yet)."""
-    avx512 = vector_isa(target) == "avx512" and rows % ROW_LANES == 0
-    func = schedule_cpu(gemv_kernel(fmt, rows, chunks, group_size, BYTES_MAJOR, batch, avx512), BYTES_MAJOR)
+    """The scheduled ``bytes_major`` GEMV for a CPU ``target``: nibble tables on x86 with AVX-512 or
+    AVX2 (rows a multiple of the vector's lanes), bit selects elsewhere (any target, or None when it
+    is not known yet)."""
+    isa = vector_isa(target)
+    tables = isa if isa in VECTOR_LANES and rows % VECTOR_LANES[isa] == 0 else None
+    func = schedule_cpu(gemv_kernel(fmt, rows, chunks, group_size, BYTES_MAJOR, batch, tables), BYTES_MAJOR)
     return func.with_attr(GEMV_ATTR, [fmt.name, rows, chunks, group_size or 0, batch])
 
 

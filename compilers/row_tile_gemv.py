@@ -40,14 +40,13 @@ from tvm import te, tirx
 
 from edgekit.simulators import BlockFormat
 
-from .kernel_schedules import vector_isa
+from .kernel_schedules import VECTOR_LANES
 from .tir_decode import element_value, element_value_top, scale_value
 
 ROW_TILE = 64  # rows per tile: a multiple of every ISA's lanes * VECTORS
 VECTORS = 4  # vectors of rows summed together: 4 accumulators, 4 block sums and 4 words in registers
 WORD_BITS = 32
 TABLE_SIZE = 16
-LANES = {"avx512": 16, "avx2": 8}
 LAYOUT = "row_tiles"
 INT8 = (-128, 127)
 MAX_TABLE_SHIFT = 8  # powers of two tried to make a 4-bit table's values integers
@@ -100,7 +99,7 @@ class _Decoder:
     """The element values of one vector of words, for each code position in the word."""
 
     def __init__(self, fmt: BlockFormat, isa: str):
-        self.fmt, self.isa, self.lanes = fmt, isa, LANES[isa]
+        self.fmt, self.isa, self.lanes = fmt, isa, VECTOR_LANES[isa]
         self.bits = fmt.element.bits
         self.f32 = f"float32x{self.lanes}"
         self.table_shift = 0
@@ -206,9 +205,9 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
 
 def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float | None = None):
     """``y (1, n) = x (1, k) @ W^T`` from ``row_tiles`` codes and scales, scheduled for ``isa``
-    (``"avx512"`` or ``"avx2"``, see :func:`vector_isa`)."""
-    if isa not in LANES:
-        raise ValueError(f"isa must be one of {', '.join(LANES)}, got {isa!r}")
+    (``"avx512"`` or ``"avx2"``, see ``kernel_schedules.vector_isa``)."""
+    if isa not in VECTOR_LANES:
+        raise ValueError(f"isa must be one of {', '.join(VECTOR_LANES)}, got {isa!r}")
     if not applies(fmt, n, k):
         raise ValueError(f"the row-tile GEMV takes {fmt.name} weights with a multiple of {ROW_TILE} rows and of "
                          f"{fmt.block_size} inputs; got {n} x {k}")

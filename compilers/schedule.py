@@ -25,7 +25,7 @@ def schedule(mod, device: str, target=None):
     if device == "cpu":
         for gv, func in kernels.items():
             mod[gv] = schedule_cpu_kernel(func)
-        if vector_isa(target) == "avx512":  # LiftQuant GEMVs were lowered before the target was known
+        if vector_isa(target) is not None:  # LiftQuant GEMVs were lowered before the target was known
             for gv, func in list(mod.functions_items()):
                 if isinstance(func, tirx.PrimFunc) and func.attrs and GEMV_ATTR in func.attrs:
                     mod[gv] = specialize_cpu_gemv(func, target)

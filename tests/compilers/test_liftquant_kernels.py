@@ -39,7 +39,12 @@ CASES = [
     ("6to4", (17, 50), None, False),
     ("16to8", (8, 4096), None, False),  # a power of two: signs and a 12-stage Walsh-Hadamard, no factor
 ]
-HOST_AVX512 = vector_isa(tvm_target("host")) == "avx512"
+HOST_ISA = vector_isa(tvm_target("host"))
+# each x86 ISA this CPU runs, as a target of its own, with the permute it looks the tables up with
+TABLE_ISAS = {isa: target for isa, target in (("avx512", {"kind": "llvm", "mcpu": "skylake-avx512"}),
+                                                ("avx2", {"kind": "llvm", "mcpu": "haswell"}))
+              if HOST_ISA == "avx512" or HOST_ISA == isa}
+PERMUTES = {"avx512": "permvar", "avx2": "permps"}
 # rows a multiple of 16; group scales, a last group past the row's bytes, two row blocks of 128
 TABLE_CASES = [("24to10", (48, 100), None, True), ("16to8", (32, 96), 16, False), ("24to10", (16, 130), 20, True),
                ("10to8", (256, 64), 32, False)]
@@ -89,16 +94,19 @@ def test_rotation_and_fused_gemv(case):
         np.testing.assert_allclose(y, ref, rtol=0, atol=1e-5 * np.abs(ref).max())  # float32 sums of C * D terms
 
 
-@pytest.mark.skipif(not HOST_AVX512, reason="this CPU has no AVX-512")
+@pytest.mark.skipif(not TABLE_ISAS, reason="this CPU has neither AVX-512 nor AVX2 with FMA")
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
 @pytest.mark.parametrize("case", TABLE_CASES, ids=[f"{c[0]}-{c[1][0]}x{c[1][1]}-g{c[2]}" for c in TABLE_CASES])
-def test_nibble_table_gemv_equals_the_bit_select_one(case):
+def test_nibble_table_gemv_equals_the_bit_select_one(case, isa):
+    if isa not in TABLE_ISAS:
+        pytest.skip(f"this CPU has no {isa}")
     q = tensor(*case)
     batch = 2
     k = layer_kernels(q, BYTES_MAJOR, batch)
     xr = np.random.default_rng(5).standard_normal((batch, k.padded)).astype(np.float32)
-    target = tvm_target("host")
+    target = TABLE_ISAS[isa]
     tables = cpu_gemv(q.format, q.shape[0], q.chunks, q.group_size, batch, target)
-    assert "lut" in tables.script() and "permvar" in tables.script()
+    assert "lut" in tables.script() and PERMUTES[isa] in tables.script()
     y = [run(f, xr, *k.gemv_args, out_shape=(batch, q.shape[0]), target=target)
          for f in (tables, cpu_gemv(q.format, q.shape[0], q.chunks, q.group_size, batch))]
     ref = xr.astype(np.float64) @ q.rotated_weights().astype(np.float64).T
@@ -121,7 +129,7 @@ def test_unscheduled_gemv_equals_the_scheduled_one():
 def test_whole_layer_matches_pytorch(case, for_host):
     q = tensor(*case)
     x = np.random.default_rng(2).standard_normal((1, q.shape[1])).astype(np.float32)
-    target = tvm_target("host")  # kernels for it (nibble tables on AVX-512), or for any CPU
+    target = tvm_target("host")  # kernels for it (nibble tables on AVX-512 or AVX2), or for any CPU
     module = layer_module(q, "cpu", target if for_host else None)
     vm = relax.VirtualMachine(tvm.compile(module, target=target), tvm.cpu())
     y = vm["main"](tvm.runtime.tensor(x)).numpy()
@@ -177,11 +185,15 @@ def test_bad_input():
         gemv_kernel(tensor("10to8", (4, 64), 8, False).format, 4, 8, 8)
     with pytest.raises(ValueError, match="device must be cpu or cuda"):
         layer_module(q, "tpu")
-    with pytest.raises(ValueError, match="avx512=True takes layout='bytes_major' and rows a multiple of 16, got "
+    with pytest.raises(ValueError, match="tables='avx512' takes layout='bytes_major' and rows a multiple of 16, got "
                                          "layout='packed', rows=16"):
-        gemv_kernel(q.format, 16, q.chunks, None, PACKED, avx512=True)
+        gemv_kernel(q.format, 16, q.chunks, None, PACKED, tables="avx512")
     with pytest.raises(ValueError, match="rows a multiple of 16, got layout='bytes_major', rows=8"):
-        gemv_kernel(q.format, 8, q.chunks, None, BYTES_MAJOR, avx512=True)
+        gemv_kernel(q.format, 8, q.chunks, None, BYTES_MAJOR, tables="avx512")
+    with pytest.raises(ValueError, match="rows a multiple of 8, got layout='bytes_major', rows=12"):
+        gemv_kernel(q.format, 12, q.chunks, None, BYTES_MAJOR, tables="avx2")
+    with pytest.raises(ValueError, match="tables must be None or one of avx512, avx2, got 'neon'"):
+        gemv_kernel(q.format, 16, q.chunks, None, BYTES_MAJOR, tables="neon")
     arm = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
     assert vector_isa(arm) is None and vector_isa(None) is None and vector_isa({"kind": "cuda"}) is None
     assert "lut" not in cpu_gemv(q.format, 16, q.chunks, None, 1, arm).script()  # the portable bit selects
