@@ -8,9 +8,9 @@ Part 1, one ``n x k`` Linear layer at batch 1 (``y = x @ W.T``):
   * onnxruntime fp32 MatMul at ORT_ENABLE_BASIC and at its default level (ORT_ENABLE_ALL), and,
     since on this VM two intra-op threads are at times slower than one, at BASIC with one thread;
   * TVM fp32: edgekit's dense kernel with the float baseline, one PrimFunc;
-  * TVM with edgekit's fused decode kernels, one PrimFunc per format
-    (``dense_kernel`` then ``schedule_dense_cpu``), the weight stored as packed codes and scales
-    in the layout ``lower`` picks; each result is checked against NumPy
+  * TVM with edgekit's fused decode kernels, one PrimFunc per format, the kernel and layout that
+    ``lower`` picks for a batch-1 layer on the target (``row_tile_gemv`` where the codes fill 32-bit
+    words, else ``dense_kernel`` then ``schedule_dense_cpu``); each result is checked against NumPy
     ``x @ dequantize(quantize(W)).T`` (relative error < 1e-5) before anything is timed;
   * PyTorch eager ``torch.nn.functional.linear``, fp32;
   * each LiftQuant configuration of ``--liftquant`` on the same weight (the pipeline's rotation,
@@ -18,6 +18,9 @@ Part 1, one ``n x k`` Linear layer at batch 1 (``y = x @ W.T``):
     for the next run): the whole layer (the input rotation, then the fused decode-GEMV over the
     ``bytes_major`` codes, ``cpu_gemv`` for this CPU) through the Relax VM, and the fused GEMV
     alone on a rotated activation, to show what the rotation costs.
+Every TVM row is built for this CPU and, where it has AVX-512, again for the same CPU with AVX2 and
+FMA alone (rows marked ``[avx2]``), as a machine without AVX-512 would run it; onnxruntime and torch
+pick their kernels at run time and use AVX-512 where the CPU has it.
 Part 2, the ``digits`` MLP (trained here, seed 0) at batch 1: TVM builds of the fp32 and
 mxfp4 plans (edgekit's passes for the ``host`` target) vs onnxruntime on the float ONNX
 export (and, for reference, the mxfp4 ONNX graph and PyTorch eager).
@@ -148,58 +151,80 @@ def float_baseline_cases(w: np.ndarray, x: np.ndarray, threads: int, tmp: Path) 
 
 def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int, liftquant: list[str],
                codes: Path | None = None) -> tuple[list[Case], list[dict]]:
-    """Every backend on one ``n x k`` weight: float baselines, each MX format and NVFP4, and each
-    LiftQuant configuration in ``liftquant``; with each LiftQuant encode's record."""
-    import tvm
-
-    from edgekit.compilers.kernel_schedules import schedule_cpu_kernel
-    from edgekit.compilers.lower import choose_layout, dense_function, weight_constants
-    from edgekit.simulators import dequantize, quantize
-    from edgekit.targets import tvm_target
-
+    """Every backend on one ``n x k`` weight: float baselines, then for each of :func:`cpu_targets` the TVM
+    fp32, MX and NVFP4 GEMVs and each LiftQuant configuration in ``liftquant``; with each LiftQuant encode's record."""
     rng = np.random.default_rng(seed)
     w = (rng.standard_normal((n, k), dtype=np.float32) * 0.02).astype(np.float32)
     x = rng.standard_normal((1, k), dtype=np.float32)
     cases = float_baseline_cases(w, x, threads, tmp)
 
-    target = tvm_target("host")
-    for fmt in ("fp32", *FORMATS):
-        layout = choose_layout(fmt, "cpu", k)
-        consts, tensor_scale, fields = weight_constants(fmt, w, layout)
-        func = dense_function(fmt, layout, 1, n, k, tensor_scale)
-        lanes = int(func.attrs["edgekit.lanes"])
-        func = schedule_cpu_kernel(func)
-        lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
-        args = [tvm.runtime.tensor(a) for a in (x, *consts, np.zeros((1, n), np.float32))]
-        lib["main"](*args)
-        dense = w if fmt == "fp32" else dequantize(quantize(w, fmt, axis=-1))
-        ref = x.astype(np.float64) @ dense.astype(np.float64).T
-        err = relative_error(args[-1].numpy(), ref)
-        if not err < MAX_REL_ERR:
-            raise AssertionError(f"TVM {fmt} GEMV differs from x @ dequantize(W).T: relative error {err:.2e}")
-        read = x.nbytes + sum(c.nbytes for c in consts)
-        cases.append(Case(f"tvm {fmt}", fmt, fields["weight_bits"], read, tvm_timer(lib.mod, "main", args),
-                          f"time_evaluator, layout {layout or 'float'}, {lanes} lanes", err))
-        print(f"built and checked tvm {fmt} ({layout or 'float'}, {lanes} lanes): relative error {err:.2e}",
-              flush=True)
+    for suffix, target in cpu_targets().items():
+        for fmt in ("fp32", *FORMATS):
+            cases.append(tvm_gemv_case(fmt, w, x, target, suffix))
+    encodes = []
     encodes = []
     for fmt in liftquant:
-        lq_cases, info = liftquant_cases(w, x, fmt, codes if len(liftquant) == 1 else None)
-        cases += lq_cases
+        q, info = liftquant_encode(w, fmt, codes if len(liftquant) == 1 else None)
+        for suffix, target in cpu_targets().items():
+            cases += liftquant_cases(q, x, w, target, suffix)
         encodes.append(info)
     return cases, encodes
 
 
-def liftquant_cases(w: np.ndarray, x: np.ndarray, fmt: str, codes: Path | None = None) -> tuple[list[Case], dict]:
-    """The LiftQuant layer (rotation + fused decode-GEMV) and its GEMV alone, each checked against
-    ``x @ W_hat.T``; with the encode's time, bits and error. ``codes`` keeps the encode for the next run."""
+def cpu_targets() -> dict[str, object]:
+    """The TVM targets the TVM rows are built for, by row-name suffix: this CPU, and, where it has
+    AVX-512, the same CPU with AVX2 and FMA alone (Haswell's features), as on a machine without AVX-512."""
     import tvm
-    from tvm import relax
 
-    from edgekit.compilers.liftquant_kernels import cpu_gemv, layer_kernels, layer_module
+    from edgekit.compilers.kernel_schedules import vector_isa
+    from edgekit.targets import tvm_target
+
+    host = tvm_target("host")
+    targets = {"": host}
+    if vector_isa(host) == "avx512":
+        targets[" [avx2]"] = tvm.target.Target({"kind": "llvm", "mtriple": str(host.attrs["mtriple"]),
+                                                "mcpu": "haswell"})
+    return targets
+
+
+def tvm_gemv_case(fmt: str, w: np.ndarray, x: np.ndarray, target, suffix: str) -> Case:
+    """The batch-1 GEMV ``lower`` builds for ``fmt`` on ``target`` (the row-tile GEMV where it applies,
+    else the dense kernel), checked against NumPy on the dequantized weight."""
+    import tvm
+
+    from edgekit.compilers.kernel_schedules import schedule_cpu_kernel, vector_isa
+    from edgekit.compilers.lower import (choose_layout, dense_function, row_tile_function, row_tiles_apply,
+                                         weight_constants)
+    from edgekit.simulators import dequantize, quantize
+
+    n, k = w.shape
+    if row_tiles_apply(fmt, n, k, "cpu", target):
+        func, consts, _, fields = row_tile_function(fmt, w, target)
+        kernel = f"row tiles, {vector_isa(target)}"
+    else:
+        layout = choose_layout(fmt, "cpu", k)
+        consts, tensor_scale, fields = weight_constants(fmt, w, layout)
+        func = dense_function(fmt, layout, 1, n, k, tensor_scale)
+        kernel = f"dense, layout {layout or 'float'}, {int(func.attrs['edgekit.lanes'])} lanes"
+        func = schedule_cpu_kernel(func)
+    lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
+    args = [tvm.runtime.tensor(a) for a in (x, *consts, np.zeros((1, n), np.float32))]
+    lib["main"](*args)
+    dense = w if fmt == "fp32" else dequantize(quantize(w, fmt, axis=-1))
+    err = relative_error(args[-1].numpy(), x.astype(np.float64) @ dense.astype(np.float64).T)
+    if not err < MAX_REL_ERR:
+        raise AssertionError(f"TVM {fmt}{suffix} GEMV differs from x @ dequantize(W).T: relative error {err:.2e}")
+    print(f"built and checked tvm {fmt}{suffix} ({kernel}): relative error {err:.2e}", flush=True)
+    read = x.nbytes + sum(c.nbytes for c in consts)
+    return Case(f"tvm {fmt}{suffix}", fmt, fields["weight_bits"], read, tvm_timer(lib.mod, "main", args),
+                f"time_evaluator, {kernel}", err)
+
+
+def liftquant_encode(w: np.ndarray, fmt: str, codes: Path | None = None):
+    """The LiftQuant encode of ``w`` (the pipeline's rotation, row scales and default search) and its record:
+    time, bits and error. ``codes`` keeps the encode for the next run."""
     from edgekit.simulators.formats import get_liftquant_format
     from edgekit.simulators.liftquant import load_tensors, quantize, save_tensors
-    from edgekit.targets import tvm_target
 
     n, k = w.shape
     if codes is not None and codes.is_file():  # the encode of an earlier run with the same seed and size
@@ -220,31 +245,41 @@ def liftquant_cases(w: np.ndarray, x: np.ndarray, fmt: str, codes: Path | None =
             "relative_weight_mse": float(((w_hat - w) ** 2).mean() / (w.astype(np.float64) ** 2).mean())}
     print(f"{n}x{k} at {q.format.name}: {q.bits_per_weight:.4f} bits/weight, encoded in "
           f"{'an earlier run' if encode_s is None else f'{encode_s:.1f} s'}", flush=True)
-    out = []
-    target = tvm_target("host")
-    ref = x.astype(np.float64) @ w_hat.T
+    return q, info
+
+
+def liftquant_cases(q, x: np.ndarray, w: np.ndarray, target, suffix: str) -> list[Case]:
+    """The LiftQuant layer (rotation + fused decode-GEMV) built for ``target`` and its GEMV alone, each
+    checked against ``x @ W_hat.T``."""
+    import tvm
+    from tvm import relax
+
+    from edgekit.compilers.liftquant_kernels import cpu_gemv, layer_kernels, layer_module
+
+    n, k = w.shape
+    name = f"tvm {q.format.name}"
+    ref = x.astype(np.float64) @ q.dequantize().astype(np.float64).T
     vm = relax.VirtualMachine(tvm.compile(layer_module(q, "cpu", target), target=target), tvm.cpu())
     args = [tvm.runtime.tensor(x)]
     err = relative_error(vm["main"](*args).numpy(), ref)
     if not err < MAX_REL_ERR:
-        raise AssertionError(f"TVM LiftQuant layer differs from x @ W_hat.T: relative error {err:.2e}")
-    out.append(Case(f"tvm {q.format.name} layer", q.format.name, q.bits_per_weight, q.nbytes + x.nbytes,
-                    tvm_timer(vm, "main", args), "time_evaluator, VM main: rotation + fused GEMV", err))
+        raise AssertionError(f"TVM LiftQuant layer{suffix} differs from x @ W_hat.T: relative error {err:.2e}")
+    out = [Case(f"{name} layer{suffix}", q.format.name, q.bits_per_weight, q.nbytes + x.nbytes,
+                tvm_timer(vm, "main", args), "time_evaluator, VM main: rotation + fused GEMV", err)]
 
     kernels = layer_kernels(q, "bytes_major")
-    gemv = cpu_gemv(q.format, n, q.chunks, q.group_size, 1, target)
-    lib = tvm.compile(tvm.IRModule({"main": gemv}), target=target)
+    lib = tvm.compile(tvm.IRModule({"main": cpu_gemv(q.format, n, q.chunks, q.group_size, 1, target)}), target=target)
     xr = q.rotation.apply(x[0] * (q.input_scales if q.input_scales is not None else 1.0)).astype(np.float32)
     xr = np.pad(xr, (0, kernels.padded - k))[None]
     gemv_args = [tvm.runtime.tensor(a) for a in (xr, *kernels.gemv_args, np.zeros((1, n), np.float32))]
     lib["main"](*gemv_args)
     err = relative_error(gemv_args[-1].numpy(), ref)
     if not err < MAX_REL_ERR:
-        raise AssertionError(f"TVM LiftQuant GEMV differs from x @ W_hat.T: relative error {err:.2e}")
-    out.append(Case(f"tvm {q.format.name} gemv only", q.format.name, q.bits_per_weight,
+        raise AssertionError(f"TVM LiftQuant GEMV{suffix} differs from x @ W_hat.T: relative error {err:.2e}")
+    out.append(Case(f"{name} gemv only{suffix}", q.format.name, q.bits_per_weight,
                     sum(a.nbytes for a in kernels.gemv_args) + xr.nbytes, tvm_timer(lib.mod, "main", gemv_args),
                     "time_evaluator, fused GEMV on a rotated x", err))
-    return out, info
+    return out
 
 
 def model_cases(threads: int, tmp: Path, seed: int) -> list[Case]:
@@ -376,7 +411,6 @@ def main():
 
     import torch
 
-    from edgekit.targets import tvm_target
     from edgekit.utils.output import atomic_write, json_safe, markdown_table
 
     torch.set_num_threads(args.threads)
@@ -399,7 +433,7 @@ def main():
             "n": args.n, "k": args.k, "rounds": args.rounds, "sample_ms": args.sample_ms,
             "threads": args.threads, "tvm_threads": tvm_threads, "logical_cpus": os.cpu_count(),
             "load_average_after": load_average(),
-            "tvm_target": str(tvm_target("host")),
+            "tvm_targets": {suffix.strip() or "host": str(t) for suffix, t in cpu_targets().items()},
             "speedup_and_bandwidth_from": "medians", "reference": REFERENCE,
             "fastest_onnxruntime": "the onnxruntime fp32 row with the smallest median"}
 
