@@ -64,7 +64,7 @@ def dense_lanes(block_size: int, layout: str, code_bits: int) -> int:
     if layout != PACKED:
         return math.gcd(block_size, LANES)
     codes, nbytes = code_group(code_bits)
-    if nbytes > 1:  # codes straddle bytes (6-bit: four in three): lanes of one byte group
+    if codes > 1 and nbytes > 1:  # codes straddle bytes (6-bit: four in three): lanes of one byte group
         return min(block_size, codes)
     return next(lanes for lanes in (32, 16, 8, 4, 2, 1) if block_size % lanes == 0)
 

@@ -5,8 +5,9 @@ import pytest
 import tvm
 
 from edgekit.compilers.decode_kernels import decode_kernel
+from edgekit.compilers.kernel_schedules import dense_lanes
 from edgekit.simulators import FORMATS, QuantizedTensor, dequantize, get_format, quantize
-from edgekit.simulators.layouts import layouts_for, to_layout
+from edgekit.simulators.layouts import PACKED, layouts_for, to_layout
 
 CASES = [(name, layout) for name, fmt in FORMATS.items() for layout in layouts_for(fmt)]
 
@@ -57,3 +58,12 @@ def test_partial_last_block(name):
     x = np.random.default_rng(5).standard_normal((4, 70)).astype(np.float32)
     q = quantize(x, name, axis=1)
     assert_bits_equal(run_decode(q, "packed"), dequantize(q))
+
+
+def test_dense_lanes_split_byte_groups_only():
+    """Float weights are whole elements, vectorized 32 wide; only codes that straddle bytes (6-bit: four
+    in three) are held to one byte group's lanes."""
+    assert dense_lanes(4096, PACKED, 32) == 32  # fp32: one element per 4-byte group, not one lane
+    assert dense_lanes(4096, PACKED, 16) == 32  # fp16
+    assert dense_lanes(32, PACKED, 6) == 4
+    assert dense_lanes(32, PACKED, 4) == 32 and dense_lanes(16, PACKED, 4) == 16
