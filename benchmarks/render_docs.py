@@ -155,6 +155,7 @@ def render_gemv() -> str:
         table(["backend", "bits/weight", "MiB read/call", "median (ms)", "min (ms)", "GB/s (median)",
                "x onnxruntime fp32"], gemv),
     ]
+    parts.append(gemv_byte_rates(data["gemv"], meta["reference"]))
     for enc in data.get("liftquant_encodes", []):
         took = f"in {enc['encode_seconds']} s" if enc["encode_seconds"] is not None else "in an earlier run"
         parts.append(f"{enc['format']}: {enc['bits_per_weight']:.3f} bits per weight stored, relative weight MSE "
@@ -165,6 +166,33 @@ def render_gemv() -> str:
         parts += ["The digits MLP (64-256-256-10) at batch 1, same run:",
                   table(["backend", "bits/weight", "median (us)", "min (us)", "x onnxruntime fp32"], model)]
     return "\n\n".join(parts)
+
+
+AVX2_SUFFIX = " [avx2]"  # bench_gemv's rows built for AVX2 and FMA alone
+
+
+def gemv_byte_rates(rows: list[dict], reference: str) -> str:
+    """Each block format's bytes read per second as a share of the reference's, for this CPU and with AVX2
+    alone (the ``[avx2]`` rows), and each LiftQuant layer's speed-up, from the table's medians."""
+    from edgekit.simulators.weight_formats import resolve
+
+    by_name = {r["backend"]: r for r in rows}
+    ref = by_name[reference]["GB/s"]
+    tvm = [r for r in rows if r["backend"].startswith("tvm ") and not r["backend"].endswith(AVX2_SUFFIX)]
+    shares = []
+    for r in tvm:
+        if resolve(r["format"]).family == "block":
+            avx2 = by_name.get(r["backend"] + AVX2_SUFFIX)
+            shares.append(f"{r['format']} {100 * r['GB/s'] / ref:.0f}%"
+                          + (f" ({100 * avx2['GB/s'] / ref:.0f}% with AVX2 alone)" if avx2 else ""))
+    layers = [f"{r['format']} {r['x onnxruntime fp32']:.1f}x" + (
+        f" ({by_name[r['backend'] + AVX2_SUFFIX]['x onnxruntime fp32']:.1f}x with AVX2 alone)"
+        if r["backend"] + AVX2_SUFFIX in by_name else "")
+        for r in tvm if resolve(r["format"]).family == "liftquant" and r["backend"].endswith(" layer")]
+    text = f"Bytes read per second as a share of {reference}'s {ref:.1f} GB/s: " + ", ".join(shares) + "."
+    if layers:
+        text += f" The LiftQuant layer (rotation and GEMV) against {reference}'s time: " + ", ".join(layers) + "."
+    return text
 
 
 def render_mx_training() -> str:
