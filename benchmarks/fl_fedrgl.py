@@ -29,11 +29,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kept_runs import kept_path, kept_run
-from seed_stats import interval
+from seed_stats import interval, paired_difference
 
 BASE = {"warmup": 4}  # FedRGL's warm-up, scaled to the short runs (the default 10 is for 40 rounds)
 # The tuning budget: two candidates per method, each the knob its authors tune.
@@ -87,9 +86,9 @@ def one_run(job: dict) -> dict:
 
 
 def paired(a: list[float], b: list[float]) -> dict:
-    diff = np.asarray(a) - np.asarray(b)
-    p = float(stats.ttest_rel(a, b).pvalue) if np.any(diff != diff[0]) else (0.0 if diff[0] else 1.0)
-    return {"difference": float(diff.mean()), "p": p, "significant": p < ALPHA}
+    """``a - b`` over paired seeds (``seed_stats.paired_difference``), with its mean and whether p < ALPHA."""
+    test = paired_difference(a, b)
+    return {**test, "difference": test["mean"], "significant": test["p"] < ALPHA}
 
 
 def main():
