@@ -43,7 +43,7 @@ def meta_of(data: dict) -> dict:
     """The provenance of a results file, whichever of the two layouts it uses."""
     if "meta" in data:
         return data["meta"]
-    return {**data.get("provenance", {}), **({"command": data["command"]} if "command" in data else {})}
+    return {**({"command": data["command"]} if "command" in data else {}), **data.get("provenance", {})}
 
 
 def pm(stat: dict, digits: int = 3, sign: str = "+-", signed: bool = False) -> str:
