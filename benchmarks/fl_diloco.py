@@ -34,6 +34,7 @@ import argparse
 import io
 import json
 import os
+import statistics
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -138,7 +139,6 @@ def goal_check(runs: list[dict]) -> list[dict]:
     """Per bandwidth and gossip topology, over the seeds' means: where DiLoCo's utilization is below
     60% on the healthy network, does gossip with k = 0 reach 95% with a mean worker loss within
     2% of DiLoCo's (both uncompressed)?"""
-    import statistics
 
     healthy = [r for r in runs if condition_of(r) == "healthy" and r["settings"]["compression"] == "none"
                and r["settings"]["mixing-steps"] == 0]
@@ -161,34 +161,66 @@ def goal_check(runs: list[dict]) -> list[dict]:
 
 
 def loss_grid_plot(runs: list[dict], path: Path) -> None:
+    """Validation loss against simulated time per condition and bandwidth: one line per run (method,
+    topology, compression), the mean over its seeds at each evaluation, one legend for all panels."""
     from edgekit.jobs.fl import run_label
     from edgekit.jobs.plots import plt
     from edgekit.utils.files import atomic_write
 
     bandwidths = sorted({r["settings"]["bandwidth-bps"] for r in runs})
     conditions = [c for c in CONDITIONS if any(condition_of(r) == c for r in runs)]
-    fig, axes = plt.subplots(len(conditions), len(bandwidths), figsize=(4.2 * len(bandwidths), 3.4 * len(conditions)),
+    labels = list(dict.fromkeys(run_label(r["settings"]) for r in runs))
+    colors = plt.get_cmap("tab10" if len(labels) <= 10 else "tab20")
+    fig, axes = plt.subplots(len(conditions), len(bandwidths), figsize=(4.6 * len(bandwidths), 3.4 * len(conditions)),
                              squeeze=False, sharey=True)
     for i, condition in enumerate(conditions):
         for j, bandwidth in enumerate(bandwidths):
             ax = axes[i][j]
-            for r in runs:
-                if condition_of(r) == condition and r["settings"]["bandwidth-bps"] == bandwidth:
-                    points = [(x["sim_time"], x["metrics"]["eval"]["loss"]) for x in r["rounds"] if "eval" in x["metrics"]]
-                    ax.plot(*zip(*points), lw=1.2, marker="o", ms=1.5,
-                            label=f"{run_label(r['settings'])} ({r['summary']['utilization']:.0%})")
+            for k, label in enumerate(labels):
+                group = [r for r in runs if condition_of(r) == condition and r["settings"]["bandwidth-bps"] == bandwidth
+                         and run_label(r["settings"]) == label]
+                if not group:
+                    continue
+                curves = [[(x["sim_time"], x["metrics"]["eval"]["loss"]) for x in r["rounds"] if "eval" in x["metrics"]]
+                          for r in group]
+                points = [(statistics.mean(t for t, _ in at), statistics.mean(loss for _, loss in at))
+                          for at in zip(*curves)]  # the seeds' evaluations, round by round
+                utilization = statistics.mean(r["summary"]["utilization"] for r in group)
+                ax.plot(*zip(*points), lw=1.2, marker="o", ms=2, color=colors(k),
+                        label=label if i == j == 0 else None)
+                ax.annotate(f"{utilization:.0%}", points[-1], fontsize=6, color=colors(k),
+                            xytext=(3, 0), textcoords="offset points", va="center")
             ax.set_title(f"{condition}, {bandwidth / 1e6:g} Mbit/s", fontsize=9)
             ax.set_xlabel("simulated wall-clock (s)")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=6)
             if j == 0:
                 ax.set_ylabel("validation loss (nats/byte)")
-    fig.suptitle("8 workers, byte-level LM: loss against simulated time (utilization in brackets)", fontsize=10)
-    fig.tight_layout()
+    seeds = sorted({r["settings"]["seed"] for r in runs})
+    fig.suptitle(f"{runs[0]['settings']['clients']} workers, byte-level LM: loss against simulated "
+                 f"time, mean of {len(seeds)} seed(s); utilization at each line's end", fontsize=10)
+    ncol = min(len(labels), 4)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=ncol, fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, 0.03 * -(-len(labels) // ncol) / len(conditions) * 2, 1, 1))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
     plt.close(fig)
     atomic_write(path, buf.getvalue())
+
+
+def write_plots(runs: list[dict], output: Path) -> None:
+    """The grid plot beside ``output``, and per condition and bandwidth the first seed's report plot."""
+    from edgekit.jobs.fl import fl_plot, run_label
+
+    loss_grid_plot(runs, output.with_suffix(".png"))
+    first_seed = min(r["settings"]["seed"] for r in runs)
+    for condition in CONDITIONS:
+        for bandwidth in sorted({r["settings"]["bandwidth-bps"] for r in runs}):
+            group = [(run_label(r["settings"]), r) for r in runs
+                     if condition_of(r) == condition and r["settings"]["bandwidth-bps"] == bandwidth
+                     and r["settings"]["seed"] == first_seed]
+            if group:
+                fl_plot(group, output.with_name(f"{output.stem}_{condition}_{bandwidth / 1e6:g}Mbit.png"),
+                        title=f"{condition}, {bandwidth / 1e6:g} Mbit/s")
 
 
 def main():
@@ -209,8 +241,16 @@ def main():
     parser.add_argument("--conditions", default=",".join(CONDITIONS), help=f"comma-separated: {', '.join(CONDITIONS)}")
     parser.add_argument("--compression", default="none", help="comma-separated: none, mxint8, mxfp4")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--replot", type=Path, metavar="RESULTS.json",
+                        help="only redraw the plots beside an earlier run's results file, from its runs")
     parser.add_argument("-o", "--output", type=Path, default=Path("benchmarks/results/fl_diloco.json"))
     args = parser.parse_args()
+    if args.replot:
+        if not args.replot.is_file():
+            parser.error(f"--replot: no results file at {args.replot}")
+        write_plots(json.loads(args.replot.read_text())["runs"], args.replot)
+        print(f"wrote the plots of {args.replot}")
+        return
     from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
     require_clean_tree(args.allow_dirty)
@@ -238,7 +278,7 @@ def main():
     with ProcessPoolExecutor(args.jobs) as pool:
         runs = list(pool.map(one_run, jobs, [done_dir] * len(jobs)))
 
-    from edgekit.jobs.fl import fl_plot, render_summary, run_label
+    from edgekit.jobs.fl import render_summary
     from edgekit.utils.files import atomic_write
     from edgekit.utils.output import markdown_table
 
@@ -248,16 +288,7 @@ def main():
     meta["load_average_after"] = load_average()
     atomic_write(args.output, json.dumps({"meta": meta, "table": table, "goal": goal, "summary": summary,
                                           "runs": runs}, indent=1) + "\n")
-    loss_grid_plot(runs, args.output.with_suffix(".png"))
-    for condition in CONDITIONS:
-        for bandwidth in sorted({r["settings"]["bandwidth-bps"] for r in runs}):
-            group = [(run_label(r["settings"]), r) for r in runs  # the first seed's runs
-                     if condition_of(r) == condition and r["settings"]["bandwidth-bps"] == bandwidth
-                     and r["settings"]["seed"] == int(args.seeds.split(",")[0])]
-            if not group:
-                continue
-            fl_plot(group, args.output.with_name(f"{args.output.stem}_{condition}_{bandwidth / 1e6:g}Mbit.png"),
-                    title=f"{condition}, {bandwidth / 1e6:g} Mbit/s")
+    write_plots(runs, args.output)
     print(f"wrote {args.output} and its plots")
 
 

@@ -629,22 +629,18 @@ def render_diloco_grid(file: str) -> str:
     def cell(stat, digits=3):
         return "–" if stat is None else pm(stat, digits, "±")
 
-    compressed = len({s["compression"] for s in data["summary"]}) > 1
-    rows = [[s["condition"], f"{s['bandwidth Mbit/s']:g}", s["run"], *([s["compression"]] if compressed else []),
-             cell(s["mean worker loss"]),
+    rows = [[s["condition"], f"{s['bandwidth Mbit/s']:g}", s["run"], cell(s["mean worker loss"]),
              cell(s["worst worker loss"]), cell(s["oracle loss"]), cell(s["utilization"], 2),
              f"{s['reached target']}/{len(s['seeds'])}", cell(s["time to target (s)"], 1), cell(s["MB sent"], 1),
              cell(s["updates missed"], 1), cell(s["inner steps lost per worker"], 1)]
-            for s in sorted(data["summary"], key=lambda s: (s["condition"], s["bandwidth Mbit/s"], s["run"],
-                                                            s["compression"] != "none", s["compression"]))]
+            for s in sorted(data["summary"], key=lambda s: (s["condition"], s["bandwidth Mbit/s"], s["run"]))]
     goal = [[f"{g['bandwidth Mbit/s']:g}", g["topology"], f"{g['diloco utilization']:.3f}",
              f"{g['gossip k=0 utilization']:.3f}", f"{g['loss gap']:+.4f}", "yes" if g["met"] else "no"]
             for g in data["goal"]]
     seeds = sorted({seed for s in data["summary"] for seed in s["seeds"]})
     return "\n\n".join([
         source_line(file, data["meta"]) + f" Seeds {', '.join(map(str, seeds))}; mean ± 95% interval over seeds.",
-        table(["condition", "bandwidth Mbit/s", "run", *(["compression"] if compressed else []), "mean worker loss",
-               "worst worker loss",
+        table(["condition", "bandwidth Mbit/s", "run", "mean worker loss", "worst worker loss",
                "oracle loss (average model)", "utilization", "reached target", "time to target (s)", "MB sent",
                "updates missed", "inner steps lost per worker"], rows),
         ("Target: within 2% of the final loss DiLoCo reaches on the healthy network at the same bandwidth and seed. "
