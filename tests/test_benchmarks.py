@@ -95,3 +95,24 @@ def test_benchmark_runs_tiny(script, tmp_path):
     assert meta["cpu"]["model"] and "vector_extensions" in meta["cpu"]
     # the load when the run began and when it ended, and its thread count: what the figures' noise depends on
     assert "load_average" in meta["cpu"] and "load_average_after" in meta and meta.get("threads"), sorted(meta)
+
+
+def test_diloco_plots_are_redrawn_from_a_results_file(tmp_path):
+    """``fl_diloco.py --replot`` draws the grid plot and each condition's plot from the runs a results file
+    holds, without running anything; a missing file is refused by name."""
+    out = tmp_path / "grid.json"
+    script = [sys.executable, str(BENCHMARKS / "fl_diloco.py")]
+    made = subprocess.run([*script, *TINY["fl_diloco.py"], "--allow-dirty", "-o", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert made.returncode == 0, made.stderr[-3000:]
+    plots = sorted(tmp_path.glob("*.png"))
+    assert len(plots) == 2  # the grid, and the one condition and bandwidth of the tiny run
+    for plot in plots:
+        plot.unlink()
+    redrawn = subprocess.run([*script, "--replot", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                             check=False)
+    assert redrawn.returncode == 0, redrawn.stderr[-3000:]
+    assert sorted(tmp_path.glob("*.png")) == plots and all(p.stat().st_size > 10_000 for p in plots)
+    missing = subprocess.run([*script, "--replot", str(tmp_path / "none.json")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert missing.returncode == 2 and "--replot: no results file at" in missing.stderr
