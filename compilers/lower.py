@@ -237,8 +237,7 @@ def row_tiles_apply(fmt_name: str, n: int, k: int, device: str, target) -> bool:
     """Whether a batch-1 ``n x k`` layer in ``fmt_name`` takes ``row_tile_gemv`` on ``target``: a block
     format whose codes fill 32-bit words, on an x86 CPU with AVX2 or AVX-512."""
     row = wf.resolve(fmt_name)
-    return (device == "cpu" and not row.is_float and not is_liftquant(fmt_name) and vector_isa(target) is not None
-            and row_tiles_fit(block_format(fmt_name), n, k))
+    return device == "cpu" and row.family == "block" and vector_isa(target) is not None and row_tiles_fit(row.block, n, k)
 
 
 def row_tile_function(fmt_name: str, weight_rows: np.ndarray, target):
