@@ -9,7 +9,9 @@
 8 workers train the byte-level LM (``edgekit.jobs.fl``: LMConfig.tiny, data split by file) on
 the in-process engine. Every method runs at every bandwidth, topology (gossip's; DiLoCo has
 none) and seed, on a healthy network, with a straggler (client 3 computing 3x slower) and
-with faults (the straggler, and every link down in 10% of its 2-second outage periods).
+with faults (the straggler, and every link down in 10% of its 2-second outage periods);
+``stragglers-waiting`` is the straggler with no deadline, the server waiting for every update,
+so that the time DiLoCo's deadline saves stands beside the work it loses.
 Links share each device's uplink and downlink (:mod:`edgekit.federated.sharing`). Loss is
 each worker's own model's (mean and worst; for gossip also the loss of the workers' average,
 an oracle figure: no run pays for its all-reduce). A straggler's update that misses DiLoCo's
@@ -39,14 +41,19 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 STRAGGLER = {"straggler": 3, "straggler_slowdown": 3.0}
-CONDITIONS = {"healthy": {}, "stragglers": STRAGGLER, "faults": {"outage": 0.1, "outage_period_s": 2.0, **STRAGGLER}}
+NO_DEADLINE_S = 1e6  # simulated seconds: longer than any exchange, so the server waits for every update
+CONDITIONS = {"healthy": {}, "stragglers": STRAGGLER, "faults": {"outage": 0.1, "outage_period_s": 2.0, **STRAGGLER},
+              "stragglers-waiting": {**STRAGGLER, "deadline_s": NO_DEADLINE_S}}
 
 
 def condition_name(settings: dict) -> str:
     """The condition of a job (``outage``, ``straggler``) or a report's settings (``outage``, ``straggler``)."""
     if settings.get("outage", 0) > 0:
         return "faults"
-    return "stragglers" if settings.get("straggler", -1) >= 0 else "healthy"
+    if settings.get("straggler", -1) < 0:
+        return "healthy"
+    return "stragglers-waiting" if settings.get("deadline_s", settings.get("deadline-s", 0)) >= NO_DEADLINE_S \
+        else "stragglers"
 
 
 def run_name(job: dict) -> str:
