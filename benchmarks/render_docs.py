@@ -630,7 +630,7 @@ def render_diloco_grid(file: str) -> str:
         return "–" if stat is None else pm(stat, digits, "±")
 
     rows = [[s["condition"], f"{s['bandwidth Mbit/s']:g}", s["run"], cell(s["mean worker loss"]),
-             cell(s["worst worker loss"]), cell(s["oracle loss"]), cell(s["utilization"], 2),
+             cell(s["worst worker loss"]), cell(s["oracle loss"]), cell(s["utilization"], 2), cell(s["sim time (s)"], 1),
              f"{s['reached target']}/{len(s['seeds'])}", cell(s["time to target (s)"], 1), cell(s["MB sent"], 1),
              cell(s["updates missed"], 1), cell(s["inner steps lost per worker"], 1)]
             for s in sorted(data["summary"], key=lambda s: (s["condition"], s["bandwidth Mbit/s"], s["run"]))]
@@ -641,7 +641,8 @@ def render_diloco_grid(file: str) -> str:
     parts = [
         source_line(file, data["meta"]) + f" Seeds {', '.join(map(str, seeds))}; mean ± 95% interval over seeds.",
         table(["condition", "bandwidth Mbit/s", "run", "mean worker loss", "worst worker loss",
-               "oracle loss (average model)", "utilization", "reached target", "time to target (s)", "MB sent",
+               "oracle loss (average model)", "utilization", "sim time (s)", "reached target", "time to target (s)",
+               "MB sent",
                "updates missed", "inner steps lost per worker"], rows),
         ("Target: within 2% of the final loss DiLoCo reaches on the healthy network at the same bandwidth and seed. "
          "Updates missed: DiLoCo's worker updates past the deadline (their inner steps are lost), gossip's neighbour "
