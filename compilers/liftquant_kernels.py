@@ -44,7 +44,7 @@ from edgekit.simulators.liftquant import LiftQuantTensor
 from edgekit.simulators.liftquant.layout import row_bytes
 
 from .kernel_schedules import GENERIC_CUDA, VECTOR_LANES, add_kernel, gpu_schedule, per_structure, vector_isa
-from .tir_decode import scale_value, u32
+from .tir_decode import i32, scale_value, u32
 
 BYTE_BITS = 8
 ROWS_PER_TASK = 4
@@ -224,11 +224,8 @@ def _table_sums(lut, codes, out, group_bytes: int, total_bytes: int, isa: str):
     lanes = VECTOR_LANES[isa]
     batch, n_groups, rows = (int(v) for v in out.shape)
     block = math.gcd(rows, TABLE_ROW_BLOCK)
-    f32, i32 = f"float32x{lanes}", f"int32x{lanes}"
+    f32 = f"float32x{lanes}"
     zero = tirx.Broadcast(tirx.const(0.0, "float32"), lanes)
-
-    def splat(value: int):
-        return tirx.Broadcast(tirx.const(value, "int32"), lanes)
 
     def table(a, position):
         if isa == "avx512":
@@ -239,7 +236,7 @@ def _table_sums(lut, codes, out, group_bytes: int, total_bytes: int, isa: str):
         if isa == "avx512":
             return tirx.call_llvm_pure_intrin(f32, "llvm.x86.avx512.permvar.sf.512", values, index)
         low, high = (tirx.call_llvm_pure_intrin(f32, "llvm.x86.avx2.permps", half, index) for half in values)
-        top = tirx.reinterpret(f32, index << splat(32 - NIBBLE_BITS))  # the nibble's bit 3 as the sign
+        top = tirx.reinterpret(f32, index << i32(32 - NIBBLE_BITS, lanes))  # the nibble's bit 3 as the sign
         return tirx.call_llvm_pure_intrin(f32, "llvm.x86.avx.blendv.ps.256", low, high, top)
 
     with IRBuilder() as ib, T.parallel(0, rows // block) as tile, T.serial(0, batch) as a, \
@@ -257,9 +254,9 @@ def _table_sums(lut, codes, out, group_bytes: int, total_bytes: int, isa: str):
                 n = tile * block + v * lanes
                 # a last group may run past the row's bytes: its tables are zero there
                 code = codes.vload([tirx.min(byte, total_bytes - 1), n], f"uint8x{lanes}")
-                index = tirx.Cast(i32, code)
+                index = tirx.Cast(f"int32x{lanes}", code)
                 T.buffer_store(out, out.vload([a, g, n], f32) + (lookup(low, index) + lookup(
-                    high, index >> splat(NIBBLE_BITS))), [a, g, tirx.Ramp(n, 1, lanes)])
+                    high, index >> i32(NIBBLE_BITS, lanes))), [a, g, tirx.Ramp(n, 1, lanes)])
     return ib.get()
 
 

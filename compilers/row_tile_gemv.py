@@ -41,7 +41,7 @@ from tvm import te, tirx
 from edgekit.simulators import BlockFormat
 
 from .kernel_schedules import VECTOR_LANES
-from .tir_decode import element_value, element_value_top, scale_value
+from .tir_decode import element_value, element_value_top, i32, scale_value
 
 ROW_TILE = 64  # rows per tile: a multiple of every ISA's lanes * VECTORS
 VECTORS = 4  # vectors of rows summed together: 4 accumulators, 4 block sums and 4 words in registers
@@ -59,9 +59,8 @@ def codes_per_word(fmt: BlockFormat) -> int:
 def applies(fmt: BlockFormat, n: int, k: int) -> bool:
     """Whether an ``n x k`` weight in ``fmt`` can take the row-tile GEMV: codes that fill whole
     32-bit words, blocks of whole words, no partial block, and whole tiles of rows."""
-    bits = fmt.element.bits
-    return (WORD_BITS % bits == 0 and fmt.block_size % (WORD_BITS // bits) == 0 and k % fmt.block_size == 0
-            and n % ROW_TILE == 0)
+    return (WORD_BITS % fmt.element.bits == 0 and fmt.block_size % codes_per_word(fmt) == 0
+            and k % fmt.block_size == 0 and n % ROW_TILE == 0)
 
 
 def tile_rows(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat) -> tuple[np.ndarray, np.ndarray]:
@@ -91,10 +90,6 @@ def int8_table(fmt: BlockFormat) -> tuple[list[int], int] | None:
     return None
 
 
-def _i32(value, lanes):
-    return tirx.Broadcast(tirx.const(value, "int32"), lanes)
-
-
 class _Decoder:
     """The element values of one vector of words, for each code position in the word."""
 
@@ -105,9 +100,9 @@ class _Decoder:
         self.table_shift = 0
         if self.bits == 4 and isa == "avx512":
             self.mode = "permute"
-        elif self.bits == 4 and isa == "avx2" and int8_table(fmt) is not None:
+        elif self.bits == 4 and isa == "avx2" and (table := int8_table(fmt)) is not None:
             self.mode = "int8"
-            _, self.table_shift = int8_table(fmt)
+            _, self.table_shift = table
             self.table = self._int8_table_vector(self.table_shift)
         elif fmt.element.kind == "int":  # sign-extend and convert; 2^-frac_bits goes into the block scale
             self.mode = "int"
@@ -121,40 +116,40 @@ class _Decoder:
         Built from the table's decode expression, so LLVM folds it into a constant."""
         lanes = self.lanes
         quad = tirx.Ramp(tirx.const(0, "int32"), tirx.const(4, "int32"), lanes)
-        table = _i32(0, lanes)
+        table = i32(0, lanes)
         for i in range(4):
-            code = (quad + _i32(i, lanes)) & _i32(TABLE_SIZE - 1, lanes)
+            code = (quad + i32(i, lanes)) & i32(TABLE_SIZE - 1, lanes)
             value = element_value(self.fmt.element, code) * tirx.Broadcast(tirx.const(2.0**shift, "float32"), lanes)
-            table = table | ((tirx.Cast(f"int32x{lanes}", value) & _i32(0xFF, lanes)) << _i32(8 * i, lanes))
+            table = table | ((tirx.Cast(f"int32x{lanes}", value) & i32(0xFF, lanes)) << i32(8 * i, lanes))
         return table
 
     def values(self, word) -> list:
         """float32 vectors of every code in ``word`` (uint32 lanes), in element order."""
-        per = WORD_BITS // self.bits
+        per = codes_per_word(self.fmt)
         lanes = self.lanes
         if self.mode == "permute":
             table = element_value(self.fmt.element, tirx.Ramp(tirx.const(0, "int32"), tirx.const(1, "int32"), lanes))
             index = tirx.reinterpret(f"int32x{lanes}", word)
             return [tirx.call_llvm_pure_intrin(self.f32, "llvm.x86.avx512.permvar.sf.512", table,
-                                               index >> _i32(4 * j, lanes) if j else index) for j in range(per)]
+                                               index >> i32(4 * j, lanes) if j else index) for j in range(per)]
         if self.mode == "int8":
             index = tirx.reinterpret(f"int32x{lanes}", word)
             out = [None] * per
             for half in range(2):  # even elements from low nibbles, odd from high
-                nibbles = ((index >> _i32(4, lanes)) if half else index) & _i32(0x0F0F0F0F, lanes)
+                nibbles = ((index >> i32(4, lanes)) if half else index) & i32(0x0F0F0F0F, lanes)
                 looked = tirx.call_llvm_pure_intrin(f"int8x{4 * lanes}", "llvm.x86.avx2.pshuf.b",
                                                     tirx.reinterpret(f"int8x{4 * lanes}", self.table),
                                                     tirx.reinterpret(f"int8x{4 * lanes}", nibbles))
                 looked = tirx.reinterpret(f"int32x{lanes}", looked)
                 for byte in range(4):
-                    top = looked << _i32(24 - 8 * byte, lanes) if byte < 3 else looked
-                    out[2 * byte + half] = tirx.Cast(self.f32, top >> _i32(24, lanes))
+                    top = looked << i32(24 - 8 * byte, lanes) if byte < 3 else looked
+                    out[2 * byte + half] = tirx.Cast(self.f32, top >> i32(24, lanes))
             return out
         word = tirx.reinterpret(f"int32x{lanes}", word)
         if self.mode == "int":
-            return [tirx.Cast(self.f32, (word << _i32(WORD_BITS - self.bits * (j + 1), lanes) if j < per - 1 else word)
-                              >> _i32(WORD_BITS - self.bits, lanes)) for j in range(per)]
-        return [element_value_top(self.fmt.element, word << _i32(WORD_BITS - self.bits * (j + 1), lanes)
+            return [tirx.Cast(self.f32, (word << i32(WORD_BITS - self.bits * (j + 1), lanes) if j < per - 1 else word)
+                              >> i32(WORD_BITS - self.bits, lanes)) for j in range(per)]
+        return [element_value_top(self.fmt.element, word << i32(WORD_BITS - self.bits * (j + 1), lanes)
                                   if j < per - 1 else word) for j in range(per)]
 
 

@@ -58,6 +58,10 @@ def u32(value, lanes: int = 1):
     return _const(value, "uint32", lanes)
 
 
+def i32(value, lanes: int = 1):
+    return _const(value, "int32", lanes)
+
+
 def f32(value, lanes: int = 1):
     return _const(value, "float32", lanes)
 
