@@ -35,11 +35,12 @@ from kept_runs import kept_path, kept_run
 from seed_stats import interval, paired_difference
 
 BASE = {"warmup": 4}  # FedRGL's warm-up, scaled to the short runs (the default 10 is for 40 rounds)
-# The tuning budget: two candidates per method, each the knob its authors tune.
+# The tuning budget: two candidates per method, each the knob its authors tune; FedRGL's is the
+# proximal term the paper does not have, so its grid holds the paper's method (0) and the term.
 GRIDS = {"fedavg": [{"weight_decay": 0.0}, {"weight_decay": 5e-4}],
          "fedprox": [{"mu": 0.01}, {"mu": 0.001}],
          "fedavg+cadf": [{"threshold_std": 0.0}, {"threshold_std": 0.5}],
-         "fedrgl": [{"fedrgl_mu": 0.001}, {"fedrgl_mu": 0.01}]}
+         "fedrgl": [{"fedrgl_mu": 0.0}, {"fedrgl_mu": 0.001}]}
 METHOD = {"fedavg": "fedavg", "fedprox": "fedprox", "fedavg+cadf": "fedavg+filter", "fedrgl": "fedrgl"}
 BASELINES = ("fedavg", "fedprox", "fedavg+cadf")
 # FedRGL's parts added one at a time to its chosen configuration with all of them off.
