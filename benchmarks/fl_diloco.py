@@ -138,6 +138,9 @@ def grid_summary(runs: list[dict]) -> list[dict]:
             "inner steps lost per worker": stat([r["summary"]["missing_updates"] * r["settings"]["inner-steps"]
                                                  / r["settings"]["clients"] for r in group
                                                  if r["settings"]["method"] == "diloco"]),
+            # gossip: how far the slowest worker fell behind the median one while the others went on
+            "slowest worker behind (s)": stat([r["summary"].get("max_lag_s") for r in group]),
+            "slowest worker behind (rounds)": stat([r["summary"].get("max_lag_rounds") for r in group]),
         })
     return rows
 

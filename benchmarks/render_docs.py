@@ -629,10 +629,12 @@ def render_diloco_grid(file: str) -> str:
     def cell(stat, digits=3):
         return "–" if stat is None else pm(stat, digits, "±")
 
+    lag = any(s.get("slowest worker behind (s)") for s in data["summary"])  # a grid where gossip workers fell behind
     rows = [[s["condition"], f"{s['bandwidth Mbit/s']:g}", s["run"], cell(s["mean worker loss"]),
              cell(s["worst worker loss"]), cell(s["oracle loss"]), cell(s["utilization"], 2), cell(s["sim time (s)"], 1),
              f"{s['reached target']}/{len(s['seeds'])}", cell(s["time to target (s)"], 1), cell(s["MB sent"], 1),
-             cell(s["updates missed"], 1), cell(s["inner steps lost per worker"], 1)]
+             cell(s["updates missed"], 1), cell(s["inner steps lost per worker"], 1),
+             *([cell(s["slowest worker behind (s)"], 1), cell(s["slowest worker behind (rounds)"], 1)] if lag else [])]
             for s in sorted(data["summary"], key=lambda s: (s["condition"], s["bandwidth Mbit/s"], s["run"]))]
     goal = [[f"{g['bandwidth Mbit/s']:g}", g["topology"], f"{g['diloco utilization']:.3f}",
              f"{g['gossip k=0 utilization']:.3f}", f"{g['loss gap']:+.4f}", "yes" if g["met"] else "no"]
@@ -643,10 +645,13 @@ def render_diloco_grid(file: str) -> str:
         table(["condition", "bandwidth Mbit/s", "run", "mean worker loss", "worst worker loss",
                "oracle loss (average model)", "utilization", "sim time (s)", "reached target", "time to target (s)",
                "MB sent",
-               "updates missed", "inner steps lost per worker"], rows),
+               "updates missed", "inner steps lost per worker",
+               *(["slowest worker behind (s)", "slowest worker behind (rounds)"] if lag else [])], rows),
         ("Target: within 2% of the final loss DiLoCo reaches on the healthy network at the same bandwidth and seed. "
          "Updates missed: DiLoCo's worker updates past the deadline (their inner steps are lost), gossip's neighbour "
-         "payloads not there in time (their weight stays on the receiver's own parameters)."),
+         "payloads not there in time (their weight stays on the receiver's own parameters)."
+         + (" Slowest worker behind: gossip's staleness, the most the slowest worker finished a round after the "
+            "median worker, in seconds and in the run's mean round times." if lag else "")),
     ]
     if goal:  # a grid with gossip runs
         parts += [("The goal check per gossip topology (healthy network, means over seeds; loss gap = gossip k = 0's "

@@ -149,6 +149,15 @@ class GossipDiLoCo(EdgeStrategy):
                 record.asked, record.used, record.train_loss = step.asked, step.used, step.train_loss
             record.metrics.setdefault("live_edges", []).append(len(self._live))
         record.sim_time = self._round_end(grid, timeout)
+        if hasattr(grid, "node_time"):
+            record.metrics["lag_s"] = self._lag(grid)
+
+    @staticmethod
+    def _lag(grid: Grid) -> float:
+        """How long after the median worker the slowest one finishes the round: the staleness that
+        letting fast workers go on allows (its payloads reach its neighbours that much later)."""
+        finished = [grid.node_time.get(n, 0.0) for n in grid.get_node_ids()]
+        return float(max(finished) - np.median(finished)) if finished else 0.0
 
     @staticmethod
     def _round_end(grid: Grid, timeout: float | None) -> float:

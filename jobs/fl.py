@@ -268,7 +268,18 @@ def summarize(settings: RunSettings, result: RunResult) -> dict:
             "mean_disagreement": float(np.mean([r.metrics.get("disagreement", 0.0) for r in rounds])) if rounds else 0.0,
             "missing_updates": sum(len(r.missing) for r in rounds),
             "rejected_updates": sum(len(r.rejected) for r in rounds),
+            **lag_summary(rounds, result.summary.get("sim_time", 0.0)),
             "resumed_from": result.resumed_from}
+
+
+def lag_summary(rounds: list[RoundRecord], sim_time: float) -> dict:
+    """Gossip's staleness: the most the slowest worker fell behind the median one, in seconds and in
+    the median worker's rounds (the run's mean round time); nothing for methods that keep workers in step."""
+    lags = [r.metrics["lag_s"] for r in rounds if "lag_s" in r.metrics]
+    if not lags:
+        return {}
+    round_time = sim_time / len(rounds) if rounds and sim_time > 0 else 0.0
+    return {"max_lag_s": max(lags), "max_lag_rounds": max(lags) / round_time if round_time > 0 else 0.0}
 
 
 def report_sections(settings: RunSettings, result: RunResult, engine: str, grid: NetworkGrid) -> dict:
@@ -375,7 +386,8 @@ def fl_plot(runs: list[tuple[str, dict]], path: str | Path, title: str = "Federa
 
 # columns only some methods fill (FedRGL, RieSelect), shown when a compared run has them
 METHOD_COLUMNS = {"accuracy": "final_accuracy", "accuracy (last 5)": "score", "filter precision": "filter_precision",
-                  "forgetting": "forgetting", "layers sent": "layer_fraction"}
+                  "forgetting": "forgetting", "layers sent": "layer_fraction",
+                  "slowest worker behind (s)": "max_lag_s"}
 
 
 def render_summary(rows: list[dict]) -> list[dict]:

@@ -131,3 +131,19 @@ def test_gossip_faults_are_recorded_and_never_forwarded_stale():
         assert len([m for m in record.missing if "dropped" in m["reason"]]) == len(dropped)
     assert any(r.network for r in result.records[1:])
     assert result.records[-1].metrics["eval"]["loss"] < result.records[0].metrics["eval"]["loss"]
+
+
+def test_gossip_reports_how_far_a_straggler_falls_behind():
+    from edgekit.jobs.fl import lag_summary
+
+    healthy = run("gossip", rounds=3)
+    assert [r.metrics["lag_s"] for r in healthy.records[1:]] == pytest.approx([0.0] * 3, abs=1e-9)
+    slow = run("gossip", stragglers={1: 4.0}, rounds=3)
+    lags = [r.metrics["lag_s"] for r in slow.records[1:]]
+    assert 0 < lags[0] < lags[1] < lags[2]  # the others go on, so it falls further behind every round
+    assert lags[1] - lags[0] == pytest.approx(lags[0], rel=0.05)  # by one slow round's extra compute each time
+    summary = lag_summary(slow.records[1:], slow.summary["sim_time"])
+    assert summary["max_lag_s"] == lags[2]
+    assert summary["max_lag_rounds"] == pytest.approx(lags[2] / (slow.summary["sim_time"] / 3))
+    assert lag_summary(slow.records[1:], 0.0)["max_lag_rounds"] == 0.0
+    assert lag_summary([], 1.0) == {}
