@@ -1,7 +1,7 @@
 """FedRGL against FedAvg, FedProx and FedAvg+CADF under label noise, tuned on noisy validation labels only.
 
     nice python benchmarks/fl_fedrgl.py [--graphs cora,citeseer] [--noises pair:0.3,uniform:0.3]
-                                        [--clients 5] [--seeds 0,1,2,3,4] [--tune-seed 100]
+                                        [--clients 5,10] [--seeds 0,1,2,3,4] [--tune-seed 100]
                                         [--rounds 12] [--jobs 2] [--csbm-nodes N]
                                         [-o benchmarks/results/fl_fedrgl.json]
 
@@ -43,11 +43,13 @@ GRIDS = {"fedavg": [{"weight_decay": 0.0}, {"weight_decay": 5e-4}],
          "fedrgl": [{"fedrgl_mu": 0.0}, {"fedrgl_mu": 0.001}]}
 METHOD = {"fedavg": "fedavg", "fedprox": "fedprox", "fedavg+cadf": "fedavg+filter", "fedrgl": "fedrgl"}
 BASELINES = ("fedavg", "fedprox", "fedavg+cadf")
-# FedRGL's parts added one at a time to its chosen configuration with all of them off.
+# FedRGL's parts added one at a time to its chosen configuration with all of them off; the paper's
+# FedRGL is "+ entropy weights", and the last step adds the proximal term at its grid's nonzero value.
+PROXIMAL = {"fedrgl_mu": 0.001}
 ABLATION = {"cadf": {"pseudo_weight": 0.0, "contrastive_weight": 0.0, "entropy_weighting": False, "fedrgl_mu": 0.0},
             "+ pseudo-labels": {"entropy_weighting": False, "fedrgl_mu": 0.0},
             "+ entropy weights": {"fedrgl_mu": 0.0},
-            "+ proximal term": {}}
+            "+ proximal term": PROXIMAL}
 LAST = 5
 ALPHA = 0.05
 
@@ -86,6 +88,11 @@ def one_run(job: dict) -> dict:
     return out
 
 
+def setting_of(job: dict) -> tuple:
+    """(graph, noise kind, rate, clients): the setting a job belongs to."""
+    return job["graph"], job["noise"], job["rate"], job["clients"]
+
+
 def paired(a: list[float], b: list[float]) -> dict:
     """``a - b`` over paired seeds (``seed_stats.paired_difference``), with its mean and whether p < ALPHA."""
     test = paired_difference(a, b)
@@ -96,7 +103,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", default="cora,citeseer")
     parser.add_argument("--noises", default="pair:0.3,uniform:0.3")
-    parser.add_argument("--clients", type=int, default=5)
+    parser.add_argument("--clients", default="5", help="comma-separated client counts, one setting each")
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--tune-seed", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=12)
@@ -126,6 +133,9 @@ def main():
         noises.append((kind, float(rate)))
     if args.csbm_nodes is not None and (graphs != ["csbm"] or args.csbm_nodes < 10):
         parser.error("--csbm-nodes applies to --graphs csbm alone and needs at least 10 nodes (2 per class)")
+    if not all(c.isdigit() and int(c) >= 2 for c in args.clients.split(",")):
+        parser.error(f"--clients takes comma-separated counts of at least 2, got {args.clients!r}")
+    client_counts = [int(c) for c in args.clients.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
     if len(seeds) < 2 or args.tune_seed in seeds:
         parser.error("--seeds needs at least 2 seeds for the paired test, and none equal to --tune-seed")
@@ -133,69 +143,69 @@ def main():
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     done_dir = args.output.with_name(f"{args.output.stem}_runs")
     done_dir.mkdir(parents=True, exist_ok=True)
-    settings_of = [(g, k, r) for g in graphs for k, r in noises]
+    settings_of = [(g, k, r, c) for g in graphs for k, r in noises for c in client_counts]
 
-    def job(graph, kind, rate, seed, label, settings, score):
+    def job(graph, kind, rate, clients, seed, label, settings, score):
         # csbm_nodes only when given: the jobs of a default run, and so the runs kept for them, stay as they were
-        return {"graph": graph, "clients": args.clients, "noise": kind, "rate": rate, "seed": seed, "label": label,
+        return {"graph": graph, "clients": clients, "noise": kind, "rate": rate, "seed": seed, "label": label,
                 "rounds": args.rounds, "settings": settings, "score": score, "planetoid": str(args.planetoid),
                 "dir": str(done_dir), **({"csbm_nodes": args.csbm_nodes} if args.csbm_nodes else {})}
 
     with ProcessPoolExecutor(args.jobs) as pool:
-        tuning_jobs = [job(g, k, r, args.tune_seed, f"{m} #{i}", settings_for(m, c, args.tune_seed), "validation")
-                       for g, k, r in settings_of for m, grid in GRIDS.items() for i, c in enumerate(grid)]
+        tuning_jobs = [job(g, k, r, c, args.tune_seed, f"{m} #{i}", settings_for(m, candidate, args.tune_seed),
+                           "validation")
+                       for g, k, r, c in settings_of for m, grid in GRIDS.items() for i, candidate in enumerate(grid)]
         tuning = list(pool.map(one_run, tuning_jobs))
         chosen = {}
-        for g, k, r in settings_of:
+        for setting in settings_of:
             for m, grid in GRIDS.items():
-                scores = [t["validation"] for t in tuning if (t["job"]["graph"], t["job"]["noise"], t["job"]["rate"])
-                          == (g, k, r) and t["job"]["label"].startswith(f"{m} #")]
-                chosen[g, k, r, m] = grid[int(np.argmax(scores))]
+                scores = [t["validation"] for t in tuning if setting_of(t["job"]) == setting
+                          and t["job"]["label"].startswith(f"{m} #")]
+                chosen[(*setting, m)] = grid[int(np.argmax(scores))]
         runs_jobs = []
-        for g, k, r in settings_of:
+        for g, k, r, c in settings_of:
             for seed in seeds:
                 for m in GRIDS:
-                    runs_jobs.append(job(g, k, r, seed, m, settings_for(m, chosen[g, k, r, m], seed), "test"))
+                    runs_jobs.append(job(g, k, r, c, seed, m, settings_for(m, chosen[g, k, r, c, m], seed), "test"))
                 for step, off in ABLATION.items():
-                    if off:
-                        runs_jobs.append(job(g, k, r, seed, step,
-                                             settings_for("fedrgl", chosen[g, k, r, "fedrgl"], seed, off), "test"))
+                    runs_jobs.append(job(g, k, r, c, seed, step,
+                                         settings_for("fedrgl", chosen[g, k, r, c, "fedrgl"], seed, off), "test"))
         runs = list(pool.map(one_run, runs_jobs))
 
     table, ablation = [], []
-    for g, k, r in settings_of:
-        def scores(label, g=g, k=k, r=r):
-            return [next(x["test"] for x in runs if (x["job"]["graph"], x["job"]["noise"], x["job"]["rate"],
-                                                     x["job"]["seed"], x["job"]["label"]) == (g, k, r, s, label))
-                    for s in seeds]
-        row = {"graph": g, "noise": f"{k} {r}", "clients": args.clients}
+    for setting in settings_of:
+        g, k, r, c = setting
+
+        def scores(label, setting=setting):
+            return [next(x["test"] for x in runs if (setting_of(x["job"]), x["job"]["seed"], x["job"]["label"])
+                         == (setting, s, label)) for s in seeds]
+        row = {"graph": g, "noise": f"{k} {r}", "clients": c}
         for m in GRIDS:
             row[m] = interval(scores(m))
-            row[f"{m} chosen"] = chosen[g, k, r, m]
+            row[f"{m} chosen"] = chosen[(*setting, m)]
         for b in BASELINES:
             row[f"fedrgl vs {b}"] = paired(scores("fedrgl"), scores(b))
         table.append(row)
-        steps = {**{s: s for s in ABLATION}, "+ proximal term": "fedrgl"}
-        arow, previous = {"graph": g, "noise": f"{k} {r}"}, None
-        for step, label in steps.items():
-            arow[step] = interval(scores(label))
+        arow, previous = {"graph": g, "noise": f"{k} {r}", "clients": c}, None
+        for step in ABLATION:
+            arow[step] = interval(scores(step))
             if previous is not None:
-                arow[f"{step} vs previous"] = paired(scores(label), scores(previous))
-            previous = label
+                arow[f"{step} vs previous"] = paired(scores(step), scores(previous))
+            previous = step
         ablation.append(arow)
 
     def cell(stat, test=None):
         mark = "" if test is None else (" *" if test["significant"] else "")
         return f"{stat['mean']:.3f} ± {stat['ci95']:.3f}{mark}"
 
-    print(markdown_table([{"graph": t["graph"], "noise": t["noise"], **{m: cell(t[m]) for m in BASELINES},
+    print(markdown_table([{"graph": t["graph"], "noise": t["noise"], "clients": t["clients"], **{m: cell(t[m]) for m in BASELINES},
                            "fedrgl": cell(t["fedrgl"]),
                            **{f"p vs {b}": f"{t[f'fedrgl vs {b}']['p']:.3f}" for b in BASELINES}} for t in table]))
-    print(markdown_table([{"graph": a["graph"], "noise": a["noise"],
+    print(markdown_table([{"graph": a["graph"], "noise": a["noise"], "clients": a["clients"],
                            **{s: cell(a[s], a.get(f"{s} vs previous")) for s in ABLATION}} for a in ablation]))
     made_with["load_average_after"] = load_average()
     result = {"provenance": made_with, "command": " ".join(sys.argv),
-              "protocol": {"clients": args.clients, "rounds": args.rounds, "seeds": seeds, "tune_seed": args.tune_seed,
+              "protocol": {"clients": client_counts, "rounds": args.rounds, "seeds": seeds, "tune_seed": args.tune_seed,
                            "split": {"train": 0.4, "validation": 0.2, "test": 0.4}, "base": BASE, "grids": GRIDS,
                            "ablation": ABLATION, "alpha": ALPHA},
               "table": table, "ablation": ablation, "tuning": tuning, "runs": runs}
@@ -217,7 +227,8 @@ def plot(table: list[dict], ablation: list[dict], path: Path) -> None:
         for i, key in enumerate(keys):
             ax.bar(np.arange(len(rows)) + i * width, [r[key]["mean"] for r in rows], width,
                    yerr=[r[key]["ci95"] for r in rows], label=key, capsize=2)
-        ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2, [f"{r['graph']}\n{r['noise']}" for r in rows])
+        ax.set_xticks(np.arange(len(rows)) + 0.4 - width / 2,
+                      [f"{r['graph']}\n{r['noise']}\n{r['clients']} clients" for r in rows], fontsize=7)
         ax.set_ylabel("test accuracy (mean, 95% CI)")
         ax.set_ylim(0.3, 0.9)
         ax.set_title(title)

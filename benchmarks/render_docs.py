@@ -372,7 +372,8 @@ def render_fedrgl() -> str:
         star = " *" if test["significant"] else ""
         return f"{test['difference']:+.3f} ({test['p']:.3f}){star}"
 
-    rows = [[r["graph"], r["noise"], *(pm(r[m], 3, "±") for m in ("fedavg", "fedprox", "fedavg+cadf", "fedrgl")),
+    rows = [[r["graph"], r["noise"], str(r["clients"]),
+             *(pm(r[m], 3, "±") for m in ("fedavg", "fedprox", "fedavg+cadf", "fedrgl")),
              *(diff(r[f"fedrgl vs {m}"]) for m in ("fedavg", "fedprox", "fedavg+cadf"))] for r in data["table"]]
     steps = ("+ pseudo-labels", "+ entropy weights", "+ proximal term")
     ablation = []
@@ -382,17 +383,19 @@ def render_fedrgl() -> str:
             test = r[f"{step} vs previous"]
             cells.append(f"{pm(r[step], 3, '±')} ({test['difference']:+.3f}, p {test['p']:.3f}"
                          f"{', *' if test['significant'] else ''})")
-        ablation.append([r["graph"], r["noise"], *cells])
+        ablation.append([r["graph"], r["noise"], str(r["clients"]), *cells])
     return "\n\n".join([
         (source_line("fl_fedrgl.json", meta_of(data)) + " Test accuracy, mean ± 95% half-width over seeds "
          f"{', '.join(map(str, data['protocol']['seeds']))}; differences are FedRGL less the baseline, with the "
          "paired t-test's p (`*`: p < 0.05):"),
-        table(["graph", "noise", "FedAvg", "FedProx", "FedAvg+CADF", "FedRGL", "FedRGL − FedAvg (p)", "− FedProx (p)",
+        table(["graph", "noise", "clients", "FedAvg", "FedProx", "FedAvg+CADF", "FedRGL", "FedRGL − FedAvg (p)", "− FedProx (p)",
                "− FedAvg+CADF (p)"], rows),
         ("Ablation, the same seeds; each step adds one part to the one before (p: paired t-test against the previous "
         "step):"),
-        table(["graph", "noise", "CADF (after warm-up)", "+ pseudo-labels and contrastive loss",
-               "+ entropy-weighted aggregation", "+ proximal term (= FedRGL)"], ablation),
+        table(["graph", "noise", "clients", "CADF (after warm-up)", "+ pseudo-labels and contrastive loss",
+               "+ entropy-weighted aggregation (the paper's FedRGL)",
+               f"+ proximal term (fedrgl_mu {data['protocol']['ablation']['+ proximal term']['fedrgl_mu']:g})"],
+              ablation),
     ])
 
 
