@@ -2,10 +2,12 @@
 
 The ``row_tiles`` layout (:func:`tile_rows`) keeps the codecs' bytes but reorders them:
 rows in tiles of :data:`ROW_TILE`, and within a tile word ``w`` (32 bits of a row's
-packed codes: elements ``w * per .. w * per + per - 1``, lowest bits first, exactly as the
-codecs pack them) of every row contiguous. So one vector load gives the same word of 16
-rows (AVX-512) or 8 (AVX2), element ``j`` of each lane is a shift away, and its input
-``x[w * per + j]`` is one broadcast shared by all lanes. A block's products are summed
+packed codes, lowest bits first, exactly as the codecs pack them) of every row contiguous.
+So one vector load gives the same word of 16 rows (AVX-512) or 8 (AVX2), and each lane
+decodes its own row's codes with shifts. Codes are read a *group* of words at a time, the
+fewest whole words that hold whole codes (one word of 4- or 8-bit codes; three words of
+sixteen 6-bit codes, two of which straddle a word boundary and are put together from two
+words). The input of element ``j`` of a group is one broadcast shared by all lanes. A block's products are summed
 unscaled and multiplied by the vector of the rows' block scales once per block, so a
 scale costs one FMA per block instead of a multiply per weight. Tiles run in parallel,
 each streaming one contiguous region of codes.
@@ -25,8 +27,7 @@ Element decode, chosen from the format's row, never its name:
   the arithmetic decode every other kernel uses, on each code shifted to the top of its lane.
 
 The lookups are LLVM x86 intrinsics: the kernel exists for x86 targets with AVX2 and FMA
-(``kernel_schedules.vector_isa``), for weights whose codes fill whole words per block (:func:`applies`).
-6-bit codes straddle words, so MXFP6 keeps the dense kernel.
+(``kernel_schedules.vector_isa``), for weights whose blocks are whole groups (:func:`applies`).
 The result equals ``x @ dequantize(W).T`` up to float32 summation order.
 """
 
@@ -41,7 +42,7 @@ from tvm import te, tirx
 from edgekit.simulators import BlockFormat
 
 from .kernel_schedules import VECTOR_LANES
-from .tir_decode import element_value, element_value_top, i32, scale_value
+from .tir_decode import element_value, element_value_top, i32, scale_value, u32
 
 ROW_TILE = 64  # rows per tile: a multiple of every ISA's lanes * VECTORS
 VECTORS = 4  # vectors of rows summed together: 4 accumulators, 4 block sums and 4 words in registers
@@ -49,18 +50,23 @@ WORD_BITS = 32
 TABLE_SIZE = 16
 LAYOUT = "row_tiles"
 INT8 = (-128, 127)
+PAIR_TABLE_BITS = 5  # a 32-entry table in two AVX-512 registers
 MAX_TABLE_SHIFT = 8  # powers of two tried to make a 4-bit table's values integers
 
 
-def codes_per_word(fmt: BlockFormat) -> int:
-    return WORD_BITS // fmt.element.bits
+def group_words(fmt: BlockFormat) -> int:
+    """32-bit words in a group: the fewest that hold a whole number of ``fmt``'s codes."""
+    return fmt.element.bits // math.gcd(fmt.element.bits, WORD_BITS)
+
+
+def codes_per_group(fmt: BlockFormat) -> int:
+    return group_words(fmt) * WORD_BITS // fmt.element.bits
 
 
 def applies(fmt: BlockFormat, n: int, k: int) -> bool:
-    """Whether an ``n x k`` weight in ``fmt`` can take the row-tile GEMV: codes that fill whole
-    32-bit words, blocks of whole words, no partial block, and whole tiles of rows."""
-    return (WORD_BITS % fmt.element.bits == 0 and fmt.block_size % codes_per_word(fmt) == 0
-            and k % fmt.block_size == 0 and n % ROW_TILE == 0)
+    """Whether an ``n x k`` weight in ``fmt`` can take the row-tile GEMV: blocks of whole word
+    groups, no partial block, and whole tiles of rows."""
+    return fmt.block_size % codes_per_group(fmt) == 0 and k % fmt.block_size == 0 and n % ROW_TILE == 0
 
 
 def tile_rows(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat) -> tuple[np.ndarray, np.ndarray]:
@@ -100,6 +106,13 @@ class _Decoder:
         self.table_shift = 0
         if self.bits == 4 and isa == "avx512":
             self.mode = "permute"
+        elif isa == "avx512" and fmt.element.kind == "float" and self.bits - 1 <= PAIR_TABLE_BITS:
+            self.mode = "magnitude"
+            # entry m of the pair: the value of magnitude m mod 2^(bits - 1), for codes of fewer than 5 magnitude bits
+            entry = tirx.Ramp(tirx.const(0, "int32"), tirx.const(1, "int32"), self.lanes)
+            magnitudes = i32((1 << (self.bits - 1)) - 1, self.lanes)
+            self.halves = [element_value(fmt.element, (entry + i32(half * self.lanes, self.lanes)) & magnitudes)
+                           for half in range(2)]
         elif self.bits == 4 and isa == "avx2" and (table := int8_table(fmt)) is not None:
             self.mode = "int8"
             _, self.table_shift = table
@@ -123,10 +136,12 @@ class _Decoder:
             table = table | ((tirx.Cast(f"int32x{lanes}", value) & i32(0xFF, lanes)) << i32(8 * i, lanes))
         return table
 
-    def values(self, word) -> list:
-        """float32 vectors of every code in ``word`` (uint32 lanes), in element order."""
-        per = codes_per_word(self.fmt)
+    def values(self, words: list) -> list:
+        """float32 vectors of every code in a group of ``words`` (uint32 lanes), in element order."""
+        per = codes_per_group(self.fmt)
         lanes = self.lanes
+        if self.mode in ("permute", "int8"):  # 4-bit codes: a group is one word
+            [word] = words
         if self.mode == "permute":
             table = element_value(self.fmt.element, tirx.Ramp(tirx.const(0, "int32"), tirx.const(1, "int32"), lanes))
             index = tirx.reinterpret(f"int32x{lanes}", word)
@@ -145,12 +160,34 @@ class _Decoder:
                     top = looked << i32(24 - 8 * byte, lanes) if byte < 3 else looked
                     out[2 * byte + half] = tirx.Cast(self.f32, top >> i32(24, lanes))
             return out
-        word = tirx.reinterpret(f"int32x{lanes}", word)
+        if self.mode == "magnitude":
+            return [self._magnitude_lookup(self._top(words, j)) for j in range(per)]
+        tops = [tirx.reinterpret(f"int32x{lanes}", self._top(words, j)) for j in range(per)]
         if self.mode == "int":
-            return [tirx.Cast(self.f32, (word << i32(WORD_BITS - self.bits * (j + 1), lanes) if j < per - 1 else word)
-                              >> i32(WORD_BITS - self.bits, lanes)) for j in range(per)]
-        return [element_value_top(self.fmt.element, word << i32(WORD_BITS - self.bits * (j + 1), lanes)
-                                  if j < per - 1 else word) for j in range(per)]
+            return [tirx.Cast(self.f32, top >> i32(WORD_BITS - self.bits, lanes)) for top in tops]
+        return [element_value_top(self.fmt.element, top) for top in tops]
+
+    def _magnitude_lookup(self, top):
+        """A float code's value from the top bits of ``top``: its magnitude looked up in a 32-entry
+        table held in two registers (``vpermi2ps`` reads the low 5 bits of each index), its sign ORed in."""
+        lanes = self.lanes
+        magnitude = tirx.reinterpret(f"int32x{lanes}", top >> u32(WORD_BITS - self.bits, lanes))
+        looked = tirx.call_llvm_pure_intrin(self.f32, "llvm.x86.avx512.vpermi2var.ps.512", self.halves[0],
+                                            magnitude, self.halves[1])
+        sign = top & u32(0x80000000, lanes)
+        return tirx.reinterpret(self.f32, tirx.reinterpret(f"uint32x{lanes}", looked) | sign)
+
+    def _top(self, words: list, j: int):
+        """Code ``j`` of the group in the top bits of uint32 lanes (the bits below it are zero or
+        other codes'): one shift, or for a code that straddles two words, its low bits from the top
+        of one word (a logical shift, so no sign bits come along) and its high bits from the next."""
+        lanes, bits = self.lanes, self.bits
+        word, offset = divmod(bits * j, WORD_BITS)
+        spill = offset + bits - WORD_BITS  # bits of the code in the next word
+        if spill <= 0:
+            return words[word] << u32(-spill, lanes) if spill else words[word]
+        low = (words[word] >> u32(offset, lanes)) << u32(WORD_BITS - bits, lanes)
+        return low | (words[word + 1] << u32(WORD_BITS - spill, lanes))
 
 
 def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: float | None):
@@ -159,8 +196,8 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
 
     decoder = _Decoder(fmt, isa)
     lanes, f32 = decoder.lanes, decoder.f32
-    per = codes_per_word(fmt)
-    block_words = fmt.block_size // per
+    per, group = codes_per_group(fmt), group_words(fmt)
+    block_groups = fmt.block_size // per
     n_tiles, _, _ = (int(v) for v in codes.shape)
     n_blocks = int(scales.shape[1])
     rows = lanes * VECTORS
@@ -179,12 +216,13 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
         with T.serial(0, n_blocks) as b:
             for v in range(VECTORS):
                 T.buffer_store(block_sum, zero, [lane_slice(v)])
-            for w_in_block in range(block_words):
-                w = b * block_words + w_in_block
+            for g_in_block in range(block_groups):
+                g = b * block_groups + g_in_block
                 for v in range(VECTORS):
-                    word = codes.vload([tile, w, first + v * lanes], f"uint32x{lanes}")
-                    for j, value in enumerate(decoder.values(word)):
-                        xj = tirx.Broadcast(x[0, w * per + j], lanes)
+                    words = [codes.vload([tile, g * group + t, first + v * lanes], f"uint32x{lanes}")
+                             for t in range(group)]
+                    for j, value in enumerate(decoder.values(words)):
+                        xj = tirx.Broadcast(x[0, g * per + j], lanes)
                         T.buffer_store(block_sum, block_sum.vload([v * lanes], f32) + value * xj, [lane_slice(v)])
             for v in range(VECTORS):
                 scale = scale_value(fmt.scale, scales.vload([tile, b, first + v * lanes], f"uint8x{lanes}"))
@@ -206,7 +244,7 @@ def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float 
     if not applies(fmt, n, k):
         raise ValueError(f"the row-tile GEMV takes {fmt.name} weights with a multiple of {ROW_TILE} rows and of "
                          f"{fmt.block_size} inputs; got {n} x {k}")
-    words = k // codes_per_word(fmt)
+    words = k // codes_per_group(fmt) * group_words(fmt)
     x = te.placeholder((1, k), "float32", name="x")
     codes = te.placeholder((n // ROW_TILE, words, ROW_TILE), "uint32", name="codes")
     scales = te.placeholder((n // ROW_TILE, math.ceil(k / fmt.block_size), ROW_TILE), "uint8", name="scales")
