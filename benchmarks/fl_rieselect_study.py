@@ -10,6 +10,9 @@ cyclic orders of the three. Rows:
 
 * ``full``: every layer every round, the standard protocol (budget 1);
 * ``random``, ``topk``: each client's layers at random or by update norm while they fit the budget;
+  ``random, coordinated`` and ``topk, coordinated``: the same, each client taking this round's
+  share of the layers first (the coverage rule without RieSelect's knapsack), the baselines that
+  ``+ coverage`` is to be measured against;
 * ``rieselect (paper)``: the knapsack of utility against Fisher risk, each client on its own
   (overlap weight 1), the server's step certified to keep the model in the fixed safe basin
   ``P <= radius``;
@@ -18,21 +21,25 @@ cyclic orders of the three. Rows:
   (the default of ``edgekit fl run rieselect``).
 
 Budgets are matched per round (``--budgets``: each selective client sends at most that fraction of
-the full update's bytes, RieSelect's Fisher uploads included). The radius and the growth are
-chosen on validation loss on ``--tune-seed`` in the first order at the first budget, from
-``RADII`` and ``GROWTHS``; the seeds reported are scored on test data once (the held-out files'
+the full update's bytes, RieSelect's Fisher uploads included). Every row gets the same tuning
+budget, four runs on ``--tune-seed`` in the first order at the first budget, scored by validation
+loss: rows without a knob of their own choose the local AdamW learning rate from ``LRS``;
+RieSelect's rows choose their basin's knob (radius or growth, ``KNOBS``) and the learning rate
+from ``RIESELECT_LRS``. The seeds reported are scored on test data once (the held-out files'
 second half, :func:`edgekit.jobs.fl.continual_lm_workload`). Reported per row: average final
 test loss over tasks, forgetting, total uplink; per pair, RieSelect less the baseline over the
 (order, seed) pairs with a 95% t-interval and the paired t-test's p. For the fixed basin, the
 diagnosis: the fraction of server steps below 0.05, the penalty ``P`` against the radius, and
 each earlier task's penalty (the loss increase the quadratic model predicts) against its
-measured forgetting. Finished runs are kept in ``<output stem>_runs/`` and reused when their
+measured forgetting, and a sweep of the radius (``SWEEP_RADII``, at the LM's default learning
+rate) on the tuning seed. Finished runs are kept in ``<output stem>_runs/`` and reused when their
 job is the same.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -41,14 +48,31 @@ import numpy as np
 from kept_runs import kept_path, kept_run
 from seed_stats import interval, paired_difference
 
-RADII = (0.03, 0.1, 0.3, 1.0)  # nats: the fixed basin's second-order loss increase on earlier tasks
-GROWTHS = (0.003, 0.01, 0.03)  # nats per round: the moving basin's
+DEFAULT_LR = 3e-3  # the tiny LM's
+# The tuning budget, four validation runs per row: a row without a knob of its own spends it on the
+# learning rate, RieSelect's rows on their basin's knob (nats: the fixed basin's radius, the
+# moving basin's growth per round) and the learning rate.
+LRS = (1.5e-3, 3e-3, 6e-3, 1.2e-2)
+RIESELECT_LRS = (3e-3, 6e-3)
+KNOBS = {"fixed": ("radius", (0.3, 1.0)), "moving": ("growth", (0.03, 0.1))}
+SWEEP_RADII = (0.03, 0.1, 0.3, 1.0)  # why a tight fixed basin stalls, at the default learning rate
 PAPER = {"selection": "rieselect", "basin": "fixed", "overlap_weight": 1.0}
 VARIANTS = {"rieselect (paper)": PAPER,
             "+ coverage": {**PAPER, "overlap_weight": 0.0},
             "+ coverage, moving basin": {"selection": "rieselect", "basin": "moving", "overlap_weight": 0.0}}
-BASELINES = ("random", "topk")
+BASELINES = {"random": {"selection": "random"}, "topk": {"selection": "topk"},
+             "random, coordinated": {"selection": "random", "coordinated": True},
+             "topk, coordinated": {"selection": "topk", "coordinated": True}}
+FULL = {"selection": "full"}
 STALLED_STEP = 0.05
+
+
+def candidates(settings: dict) -> list[dict]:
+    """A row's tuning candidates (settings and ``lr``), as many for every row."""
+    if settings["selection"] != "rieselect":
+        return [{"lr": lr} for lr in LRS]
+    knob, values = KNOBS[settings["basin"]]
+    return [{knob: value, "lr": lr} for value in values for lr in RIESELECT_LRS]
 
 
 def task_orders(tasks: tuple[str, ...], count: int) -> list[tuple[str, ...]]:
@@ -69,11 +93,12 @@ def one_run(job: dict, done_dir: str) -> dict:
     if (saved := kept_run(kept, job)) is not None:
         return saved
     torch.set_num_threads(1)
-    workload = continual_lm_workload(job["settings"]["clients"], tuple(job["tasks"]), seed=job["settings"]["seed"])
+    workload = dataclasses.replace(continual_lm_workload(job["settings"]["clients"], tuple(job["tasks"]),
+                                                         seed=job["settings"]["seed"]), lr=job["lr"])
     _, _, summary = run_continual(ContinualSettings(**job["settings"]), workload)
     out = {"job": job, **summary}
     atomic_write(kept, json.dumps(out) + "\n")
-    print(f"{job['row']} budget {job['settings']['budget_fraction']} order {'>'.join(job['tasks'])} seed "
+    print(f"{job['row']} lr {job['lr']:g} budget {job['settings']['budget_fraction']} order {'>'.join(job['tasks'])} seed "
           f"{job['settings']['seed']}: validation {summary['average_loss']:.4f}, test {summary['test']['average_loss']:.4f}, "
           f"uplink {summary['uplink_bytes'] / 1e6:.2f} MB", flush=True)
     return out
@@ -136,30 +161,33 @@ def main():
     base = {"clients": args.clients, "rounds_per_task": args.rounds_per_task, "local_steps": args.local_steps}
 
     def job(row, settings, order, seed, budget):
+        settings = dict(settings)
+        lr = settings.pop("lr")
         budget = 1.0 if settings["selection"] == "full" else budget
-        return {"row": row, "tasks": list(order), "settings": {**base, **settings, "budget_fraction": budget, "seed": seed}}
+        return {"row": row, "tasks": list(order), "lr": lr,
+                "settings": {**base, **settings, "budget_fraction": budget, "seed": seed}}
+
+    row_settings = {"full": FULL, **BASELINES, **VARIANTS}
 
     with ProcessPoolExecutor(args.jobs) as pool:
         def run(jobs):
             return list(pool.map(one_run, jobs, [str(done_dir)] * len(jobs)))
 
         # choices on validation: the tune seed, the first order, the first budget
-        tuning_jobs = [job(row, {**variant, "radius": radius}, orders[0], args.tune_seed, budgets[0])
-                       for row, variant in VARIANTS.items() if variant["basin"] == "fixed" for radius in RADII]
-        tuning_jobs += [job(row, {**variant, "growth": growth}, orders[0], args.tune_seed, budgets[0])
-                        for row, variant in VARIANTS.items() if variant["basin"] == "moving" for growth in GROWTHS]
-        tuning = run(tuning_jobs)
+        tuning = run([job(row, {**settings, **candidate}, orders[0], args.tune_seed, budgets[0])
+                      for row, settings in row_settings.items() for candidate in candidates(settings)])
         chosen = {}
-        for row, variant in VARIANTS.items():
-            knob = "radius" if variant["basin"] == "fixed" else "growth"
+        for row, settings in row_settings.items():
             best = min((t for t in tuning if t["job"]["row"] == row), key=lambda t: t["average_loss"])
-            chosen[row] = {knob: best["job"]["settings"][knob]}
+            chosen[row] = {k: (best["job"] if k == "lr" else best["job"]["settings"])[k]
+                           for k in candidates(settings)[0]}
         print("chosen on validation:", chosen, flush=True)
+        sweep = run([job(row, {**variant, "radius": radius, "lr": DEFAULT_LR}, orders[0], args.tune_seed, budgets[0])
+                     for row, variant in VARIANTS.items() if variant["basin"] == "fixed" for radius in SWEEP_RADII])
 
-        rows = [("full", {"selection": "full"}, 1.0)]
+        rows = [("full", {**FULL, **chosen["full"]}, 1.0)]
         for budget in budgets:
-            rows += [(name, {"selection": name}, budget) for name in BASELINES]
-            rows += [(row, {**variant, **chosen[row]}, budget) for row, variant in VARIANTS.items()]
+            rows += [(row, {**settings, **chosen[row]}, budget) for row, settings in {**BASELINES, **VARIANTS}.items()]
         runs = run([job(row, settings, order, seed, budget)
                     for row, settings, budget in rows for order in orders for seed in seeds])
 
@@ -183,9 +211,9 @@ def main():
                 comparisons.append({"row": row, "budget": budget, "against": other, **paired(mine, theirs)})
             if settings["basin"] == "fixed":
                 diagnoses.append({"row": row, "budget": budget, **diagnosis(mine, settings["radius"])})
-    fixed_radii = [{"row": t["job"]["row"], "radius": t["job"]["settings"]["radius"],
+    fixed_radii = [{"row": t["job"]["row"], "radius": t["job"]["settings"]["radius"], "lr": t["job"]["lr"],
                     **diagnosis([t], t["job"]["settings"]["radius"]), "validation_loss": t["average_loss"]}
-                   for t in tuning if t["job"]["settings"]["basin"] == "fixed"]
+                   for t in sweep]
 
     print(markdown_table([{"row": t["row"], "budget": t["budget"],
                            "test loss": f"{t['test_loss']['mean']:.4f} ± {t['test_loss']['ci95']:.4f}",
@@ -195,7 +223,8 @@ def main():
                            if k not in ("values", "std")} for c in comparisons]))
     meta["load_average_after"] = load_average()
     protocol = {"orders": orders, "seeds": seeds, "tune_seed": args.tune_seed, "budgets": budgets, **base,
-                "radii": RADII, "growths": GROWTHS, "chosen": chosen, "stalled_step": STALLED_STEP}
+                "lrs": LRS, "rieselect_lrs": RIESELECT_LRS, "knobs": KNOBS, "sweep_radii": SWEEP_RADII,
+                "chosen": chosen, "stalled_step": STALLED_STEP}
     atomic_write(args.output, json.dumps({"meta": meta, "protocol": protocol, "table": table, "comparisons": comparisons,
                                           "diagnosis": diagnoses, "radius_sweep": fixed_radii, "tuning": tuning,
                                           "runs": runs}, indent=1) + "\n")
