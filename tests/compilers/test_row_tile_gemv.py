@@ -127,7 +127,7 @@ def test_targets_without_the_vector_units_take_no_tiles():
 
 
 @needs_x86
-@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "mxint8"])
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "mxint8", "mxfp6_e2m3"])
 def test_compile_for_this_cpu_takes_tiles_at_batch_one(fmt):
     """A 128 -> 64 -> 10 MLP at batch 1: the 64-row layer takes the row-tile GEMV, the 10-row head the
     dense kernel, and the model equals PyTorch on the simulated weights; at batch 2 no layer takes it."""
