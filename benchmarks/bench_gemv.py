@@ -162,7 +162,6 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int, liftquant: li
         for fmt in ("fp32", *FORMATS):
             cases.append(tvm_gemv_case(fmt, w, x, target, suffix))
     encodes = []
-    encodes = []
     for fmt in liftquant:
         q, info = liftquant_encode(w, fmt, codes if len(liftquant) == 1 else None)
         for suffix, target in cpu_targets().items():
