@@ -96,6 +96,17 @@ def int8_table(fmt: BlockFormat) -> tuple[list[int], int] | None:
     return None
 
 
+def half_prefix(elem) -> bool:
+    """Whether ``elem``'s codes are float16's top byte, every value (NaN and Inf included) that of
+    the float16 the code begins (E5M2): one convert decodes it."""
+    if elem.bits != 8:
+        return False
+    halves = (np.arange(256, dtype=np.uint16) << np.uint16(8)).view(np.float16).astype(np.float32)
+    values = np.asarray(elem.values, np.float32)
+    nan = np.isnan(halves)
+    return bool(np.array_equal(nan, np.isnan(values)) and np.array_equal(halves[~nan], values[~nan]))
+
+
 class _Decoder:
     """The element values of one vector of words, for each code position in the word."""
 
@@ -117,6 +128,8 @@ class _Decoder:
             self.mode = "int8"
             _, self.table_shift = table
             self.table = self._int8_table_vector(self.table_shift)
+        elif half_prefix(fmt.element):
+            self.mode = "half"
         elif fmt.element.kind == "int":  # sign-extend and convert; 2^-frac_bits goes into the block scale
             self.mode = "int"
             self.table_shift = fmt.element.frac_bits
@@ -162,6 +175,11 @@ class _Decoder:
             return out
         if self.mode == "magnitude":
             return [self._magnitude_lookup(self._top(words, j)) for j in range(per)]
+        if self.mode == "half":  # each code to the top byte of a 16-bit lane, converted as float16
+            [word] = words
+            return [tirx.Cast(self.f32, tirx.reinterpret(f"float16x{lanes}", tirx.Cast(
+                f"uint16x{lanes}", (word << u32(8, lanes) if j == 0 else word >> u32(8 * j - 8, lanes) if j > 1
+                                    else word) & u32(0xFF00, lanes)))) for j in range(per)]
         tops = [tirx.reinterpret(f"int32x{lanes}", self._top(words, j)) for j in range(per)]
         if self.mode == "int":
             return [tirx.Cast(self.f32, top >> i32(WORD_BITS - self.bits, lanes)) for top in tops]

@@ -102,6 +102,11 @@ def test_top_of_word_decode_is_the_table(name):
     assert np.array_equal(result.numpy().view(np.uint32)[~nan], expected.view(np.uint32)[~nan])
 
 
+def test_only_e5m2_decodes_as_float16():
+    """E5M2 codes are float16's top byte (NaN and Inf included), so its kernel converts them as float16."""
+    assert [name for name in TILED if rt.half_prefix(FORMATS[name].element)] == ["mxfp8_e5m2"]
+
+
 def test_int8_tables():
     assert rt.int8_table(FORMATS["mxfp4"]) == ([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], 1)
     assert rt.int8_table(FORMATS["mxint4"])[0][8] == -8
