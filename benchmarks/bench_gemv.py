@@ -192,8 +192,13 @@ def tvm_gemv_case(fmt: str, w: np.ndarray, x: np.ndarray, target, suffix: str) -
     import tvm
 
     from edgekit.compilers.kernel_schedules import schedule_cpu_kernel, vector_isa
-    from edgekit.compilers.lower import (choose_layout, dense_function, row_tile_function, row_tiles_apply,
-                                         weight_constants)
+    from edgekit.compilers.lower import (
+        choose_layout,
+        dense_function,
+        row_tile_function,
+        row_tiles_apply,
+        weight_constants,
+    )
     from edgekit.simulators import dequantize, quantize
 
     n, k = w.shape

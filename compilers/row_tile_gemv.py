@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tvm
 from tvm import te, tirx
 
 from edgekit.simulators import BlockFormat
@@ -122,8 +121,8 @@ class _Decoder:
             # entry m of the pair: the value of magnitude m mod 2^(bits - 1), for codes of fewer than 5 magnitude bits
             entry = tirx.Ramp(tirx.const(0, "int32"), tirx.const(1, "int32"), self.lanes)
             magnitudes = i32((1 << (self.bits - 1)) - 1, self.lanes)
-            self.halves = [element_value(fmt.element, (entry + i32(half * self.lanes, self.lanes)) & magnitudes)
-                           for half in range(2)]
+            self.magnitude_table = [element_value(fmt.element, (entry + i32(half * self.lanes, self.lanes)) & magnitudes)
+                                    for half in range(2)]
         elif self.bits == 4 and isa == "avx2" and (table := int8_table(fmt)) is not None:
             self.mode = "int8"
             _, self.table_shift = table
@@ -175,11 +174,11 @@ class _Decoder:
             return out
         if self.mode == "magnitude":
             return [self._magnitude_lookup(self._top(words, j)) for j in range(per)]
-        if self.mode == "half":  # each code to the top byte of a 16-bit lane, converted as float16
+        if self.mode == "half":  # each code to bits 8-15 of its lane, truncated to 16 bits and converted as float16
             [word] = words
+            placed = [word << u32(8, lanes), word, *(word >> u32(8 * j - 8, lanes) for j in range(2, per))]
             return [tirx.Cast(self.f32, tirx.reinterpret(f"float16x{lanes}", tirx.Cast(
-                f"uint16x{lanes}", (word << u32(8, lanes) if j == 0 else word >> u32(8 * j - 8, lanes) if j > 1
-                                    else word) & u32(0xFF00, lanes)))) for j in range(per)]
+                f"uint16x{lanes}", code & u32(0xFF00, lanes)))) for code in placed]
         tops = [tirx.reinterpret(f"int32x{lanes}", self._top(words, j)) for j in range(per)]
         if self.mode == "int":
             return [tirx.Cast(self.f32, top >> i32(WORD_BITS - self.bits, lanes)) for top in tops]
@@ -190,8 +189,8 @@ class _Decoder:
         table held in two registers (``vpermi2ps`` reads the low 5 bits of each index), its sign ORed in."""
         lanes = self.lanes
         magnitude = tirx.reinterpret(f"int32x{lanes}", top >> u32(WORD_BITS - self.bits, lanes))
-        looked = tirx.call_llvm_pure_intrin(self.f32, "llvm.x86.avx512.vpermi2var.ps.512", self.halves[0],
-                                            magnitude, self.halves[1])
+        looked = tirx.call_llvm_pure_intrin(self.f32, "llvm.x86.avx512.vpermi2var.ps.512", self.magnitude_table[0],
+                                            magnitude, self.magnitude_table[1])
         sign = top & u32(0x80000000, lanes)
         return tirx.reinterpret(self.f32, tirx.reinterpret(f"uint32x{lanes}", looked) | sign)
 

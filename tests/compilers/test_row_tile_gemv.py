@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import tvm
-from tvm import te, tirx
+from tvm import te
 
 from edgekit.compilers import row_tile_gemv as rt
 from edgekit.compilers.build import run
