@@ -22,7 +22,7 @@ cyclic orders of the three. Rows:
 
 Budgets are matched per round (``--budgets``: each selective client sends at most that fraction of
 the full update's bytes, RieSelect's Fisher uploads included). Every row gets the same tuning
-budget, four runs on ``--tune-seed`` in the first order at the first budget, scored by validation
+budget, six runs on ``--tune-seed`` in the first order at the first budget, scored by validation
 loss: rows without a knob of their own choose the local AdamW learning rate from ``LRS``;
 RieSelect's rows choose their basin's knob (radius or growth, ``KNOBS``) and the learning rate
 from ``RIESELECT_LRS``. The seeds reported are scored on test data once (the held-out files'
@@ -49,11 +49,11 @@ from kept_runs import kept_path, kept_run
 from seed_stats import interval, paired_difference
 
 DEFAULT_LR = 3e-3  # the tiny LM's
-# The tuning budget, four validation runs per row: a row without a knob of its own spends it on the
+# The tuning budget, six validation runs per row: a row without a knob of its own spends it on the
 # learning rate, RieSelect's rows on their basin's knob (nats: the fixed basin's radius, the
-# moving basin's growth per round) and the learning rate.
-LRS = (1.5e-3, 3e-3, 6e-3, 1.2e-2)
-RIESELECT_LRS = (3e-3, 6e-3)
+# moving basin's growth per round) and three learning rates spanning the same range.
+LRS = (7.5e-4, 1.1e-3, 1.5e-3, 2.1e-3, 3e-3, 6e-3)
+RIESELECT_LRS = (1.5e-3, 3e-3, 6e-3)
 KNOBS = {"fixed": ("radius", (0.3, 1.0)), "moving": ("growth", (0.03, 0.1))}
 SWEEP_RADII = (0.03, 0.1, 0.3, 1.0)  # why a tight fixed basin stalls, at the default learning rate
 PAPER = {"selection": "rieselect", "basin": "fixed", "overlap_weight": 1.0}
