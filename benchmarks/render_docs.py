@@ -773,7 +773,8 @@ def render_rieselect_study() -> str:
         "(its term of P at the end) beside its measured forgetting (test):"),
         table(["row", "budget", "radius", "stalled steps", "final P", "predicted increase per task",
                "measured forgetting per task", "measured / predicted"], stalls),
-        "The radius on validation (tuning seed, first order, first budget): one run each.",
+        (f"The radius on validation (tuning seed, first order, first budget, learning rate "
+         f"{data['radius_sweep'][0]['lr']:g}): one run each."),
         table(["row", "radius", "validation loss", "stalled steps", "final P", "measured forgetting"], sweep),
     ])
 
