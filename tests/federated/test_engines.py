@@ -15,6 +15,10 @@ from edgekit.federated.apps import RunSettings, parse_progress, run_threads
 from edgekit.federated.flower_run import LocalFederation, write_app
 from edgekit.federated.tls import TLSFiles, make_certificates
 
+# a guard against a hung run, not a speed goal: under CI's four workers on two cores each of Flower's
+# processes (SuperLink, SuperNodes, ServerApp, ClientApps) imports torch, and one run took over 240 s
+RUN_TIMEOUT_S = 480
+
 ROOT = Path(__file__).resolve().parents[2]
 BINARIES = ("flower-superlink", "flower-supernode", "flwr")
 
@@ -28,7 +32,8 @@ def submit(tmp_path, monkeypatch, simulation: bool, tls=None):
                     settings.run_config())
     with LocalFederation(2, simulation=simulation, workdir=tmp_path / "federation", tls=tls) as federation:
         progress = []
-        log = federation.flwr_run(app, timeout_s=240, on_line=lambda line: progress.append(parse_progress(line)),
+        log = federation.flwr_run(app, timeout_s=RUN_TIMEOUT_S,
+                                  on_line=lambda line: progress.append(parse_progress(line)),
                                   federation_config={"num-supernodes": 2} if simulation else None)
         assert output.exists(), log + federation.log_tail("superlink")
     # One round: Flower starts a ClientApp process per message, seconds each; more rounds test nothing new here.

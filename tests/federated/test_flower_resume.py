@@ -25,6 +25,7 @@ from edgekit.federated.inproc_grid import InProcessGrid
 from edgekit.federated.wire import nbytes
 
 from . import job_apps, toy_apps
+from .test_engines import RUN_TIMEOUT_S
 from .toy import toy_workload
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,7 +209,7 @@ def resumes_exactly(tmp_path: Path, simulation: bool, settings: RunSettings = SE
     killed = dataclasses.replace(settings, output=str(tmp_path / "killed.json"), checkpoint=str(checkpoint))
     resumed = dataclasses.replace(killed, output=str(tmp_path / "resumed.json"))
     with LocalFederation(settings.clients, simulation=simulation, workdir=tmp_path / "first") as federation:
-        federation.flwr_run(app(tmp_path, "whole", whole, apps), timeout_s=240,
+        federation.flwr_run(app(tmp_path, "whole", whole, apps), timeout_s=RUN_TIMEOUT_S,
                             federation_config=federation_config(simulation))
         killed_at = kill_after_round(federation, app(tmp_path, "killed", killed, apps), checkpoint, simulation,
                                      after=settings.rounds - 1 if after is None else after)
@@ -219,9 +220,9 @@ def resumes_exactly(tmp_path: Path, simulation: bool, settings: RunSettings = SE
         other = dataclasses.replace(resumed, inner_steps=4)
         # a runner's checkpoint also records its method's settings, which differ with inner-steps
         with pytest.raises(RuntimeError, match=r"different configuration \(differs in inner-steps\b"):
-            federation.flwr_run(app(tmp_path, "other", other, apps), timeout_s=240,
+            federation.flwr_run(app(tmp_path, "other", other, apps), timeout_s=RUN_TIMEOUT_S,
                                 federation_config=federation_config(simulation))
-        federation.flwr_run(app(tmp_path, "resumed", resumed, apps), timeout_s=240,
+        federation.flwr_run(app(tmp_path, "resumed", resumed, apps), timeout_s=RUN_TIMEOUT_S,
                             federation_config=federation_config(simulation))
     a, b = (json.loads(Path(s.output).read_text()) for s in (whole, resumed))
     assert b.pop("resumed_from") == killed_at and a.pop("resumed_from") == 0
