@@ -45,7 +45,7 @@ METHOD = {"fedavg": "fedavg", "fedprox": "fedprox", "fedavg+cadf": "fedavg+filte
 BASELINES = ("fedavg", "fedprox", "fedavg+cadf")
 # FedRGL's parts added one at a time to its chosen configuration with all of them off; the paper's
 # FedRGL is "+ entropy weights", and the last step adds the proximal term at its grid's nonzero value.
-PROXIMAL = {"fedrgl_mu": 0.001}
+PROXIMAL = next(candidate for candidate in GRIDS["fedrgl"] if candidate["fedrgl_mu"])
 ABLATION = {"cadf": {"pseudo_weight": 0.0, "contrastive_weight": 0.0, "entropy_weighting": False, "fedrgl_mu": 0.0},
             "+ pseudo-labels": {"entropy_weighting": False, "fedrgl_mu": 0.0},
             "+ entropy weights": {"fedrgl_mu": 0.0},

@@ -152,7 +152,7 @@ class _Decoder:
         """float32 vectors of every code in a group of ``words`` (uint32 lanes), in element order."""
         per = codes_per_group(self.fmt)
         lanes = self.lanes
-        if self.mode in ("permute", "int8"):  # 4-bit codes: a group is one word
+        if self.mode in ("permute", "int8", "half"):  # 4- and 8-bit codes: a group is one word
             [word] = words
         if self.mode == "permute":
             table = element_value(self.fmt.element, tirx.Ramp(tirx.const(0, "int32"), tirx.const(1, "int32"), lanes))
@@ -175,7 +175,6 @@ class _Decoder:
         if self.mode == "magnitude":
             return [self._magnitude_lookup(self._top(words, j)) for j in range(per)]
         if self.mode == "half":  # each code to bits 8-15 of its lane, truncated to 16 bits and converted as float16
-            [word] = words
             placed = [word << u32(8, lanes), word, *(word >> u32(8 * j - 8, lanes) for j in range(2, per))]
             return [tirx.Cast(self.f32, tirx.reinterpret(f"float16x{lanes}", tirx.Cast(
                 f"uint16x{lanes}", code & u32(0xFF00, lanes)))) for code in placed]

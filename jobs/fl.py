@@ -278,7 +278,7 @@ def lag_summary(rounds: list[RoundRecord], sim_time: float) -> dict:
     lags = [r.metrics["lag_s"] for r in rounds if "lag_s" in r.metrics]
     if not lags:
         return {}
-    round_time = sim_time / len(rounds) if rounds and sim_time > 0 else 0.0
+    round_time = sim_time / len(rounds) if sim_time > 0 else 0.0
     return {"max_lag_s": max(lags), "max_lag_rounds": max(lags) / round_time if round_time > 0 else 0.0}
 
 
