@@ -21,6 +21,12 @@ Element decode, chosen from the format's row, never its name:
   is a small integer times one power of two (E2M1, INT4): an int8 table that ``vpshufb``
   looks up for four nibbles of each lane at once; each is sign-extended by shifts and
   converted, and the power of two goes into the block scale (exact).
+* float codes of at most 6 bits on AVX-512 (E2M3, E3M2): the magnitude's float32 value looked up
+  in a 32-entry table held in two registers (``vpermi2ps``), the sign ORed in.
+* float codes of at most 6 bits on AVX2 whose magnitudes all are small integers times one power
+  of two (E2M3): the magnitude looked up in a 32-entry int8 table by two ``vpshufb``, converted,
+  the sign ORed in; the power of two goes into the block scale.
+* E5M2 codes, which are float16's top byte: converted as float16.
 * other integer codes: shifted to the top of the lane, shifted back arithmetically (the sign
   extension) and converted; the 2^-fraction_bits goes into the block scale.
 * otherwise (8-bit float codes, or a 4-bit table with NaN on AVX2): ``tir_decode.element_value_top``,
@@ -49,7 +55,7 @@ WORD_BITS = 32
 TABLE_SIZE = 16
 LAYOUT = "row_tiles"
 INT8 = (-128, 127)
-PAIR_TABLE_BITS = 5  # a 32-entry table in two AVX-512 registers
+PAIR_TABLE_BITS = 5  # magnitudes of at most 5 bits: a 32-entry table in two registers
 MAX_TABLE_SHIFT = 8  # powers of two tried to make a 4-bit table's values integers
 
 
@@ -82,10 +88,11 @@ def tile_rows(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat) -> tuple[
             np.ascontiguousarray(tiled_scales.transpose(0, 2, 1)))
 
 
-def int8_table(fmt: BlockFormat) -> tuple[list[int], int] | None:
-    """(values * 2^shift as int8, shift) of a 4-bit decode table whose values all are such integers, else None."""
-    values = fmt.element.values
-    if len(values) != TABLE_SIZE or not np.all(np.isfinite(values)):
+def int8_table(values) -> tuple[list[int], int] | None:
+    """(values * 2^shift as int8, shift) for a decode table of at most 32 values that all are
+    such integers, else None."""
+    values = np.asarray(values, np.float64)
+    if len(values) > 2 * TABLE_SIZE or not np.all(np.isfinite(values)):
         return None
     for shift in range(MAX_TABLE_SHIFT):
         scaled = values * 2.0**shift
@@ -93,6 +100,11 @@ def int8_table(fmt: BlockFormat) -> tuple[list[int], int] | None:
             ints = [int(v) for v in scaled]
             return (ints, shift) if INT8[0] <= min(ints) and max(ints) <= INT8[1] else None
     return None
+
+
+def magnitudes(elem) -> np.ndarray:
+    """A float element's values with the sign bit clear, in code order."""
+    return np.asarray(elem.values[: 1 << (elem.bits - 1)])
 
 
 def half_prefix(elem) -> bool:
@@ -120,13 +132,18 @@ class _Decoder:
             self.mode = "magnitude"
             # entry m of the pair: the value of magnitude m mod 2^(bits - 1), for codes of fewer than 5 magnitude bits
             entry = tirx.Ramp(tirx.const(0, "int32"), tirx.const(1, "int32"), self.lanes)
-            magnitudes = i32((1 << (self.bits - 1)) - 1, self.lanes)
-            self.magnitude_table = [element_value(fmt.element, (entry + i32(half * self.lanes, self.lanes)) & magnitudes)
+            magnitude_mask = i32((1 << (self.bits - 1)) - 1, self.lanes)
+            self.magnitude_table = [element_value(fmt.element, (entry + i32(half * self.lanes, self.lanes)) & magnitude_mask)
                                     for half in range(2)]
-        elif self.bits == 4 and isa == "avx2" and (table := int8_table(fmt)) is not None:
+        elif self.bits == 4 and isa == "avx2" and (table := int8_table(fmt.element.values)) is not None:
             self.mode = "int8"
             _, self.table_shift = table
             self.table = self._int8_table_vector(self.table_shift)
+        elif (isa == "avx2" and fmt.element.kind == "float" and self.bits - 1 <= PAIR_TABLE_BITS
+              and (table := int8_table(magnitudes(fmt.element))) is not None):
+            self.mode = "int8_pair"
+            _, self.table_shift = table
+            self.table_pair = [self._int8_table_vector(self.table_shift, first) for first in (0, TABLE_SIZE)]
         elif half_prefix(fmt.element):
             self.mode = "half"
         elif fmt.element.kind == "int":  # sign-extend and convert; 2^-frac_bits goes into the block scale
@@ -135,15 +152,16 @@ class _Decoder:
         else:
             self.mode = "arithmetic"
 
-    def _int8_table_vector(self, shift: int):
-        """The 16 int8 values (decode table * 2^shift) in every 128-bit lane of an int32 vector,
-        byte ``i`` of lane ``q`` holding code ``(4q + i) mod 16`` (``vpshufb`` looks up per 128-bit lane).
-        Built from the table's decode expression, so LLVM folds it into a constant."""
+    def _int8_table_vector(self, shift: int, first: int = 0):
+        """16 int8 values (decode table * 2^shift, codes ``first`` to ``first + 15``) in every 128-bit
+        lane of an int32 vector, byte ``i`` of lane ``q`` holding code ``first + (4q + i) mod 16``
+        (``vpshufb`` looks up per 128-bit lane). Built from the table's decode expression, so LLVM
+        folds it into a constant."""
         lanes = self.lanes
         quad = tirx.Ramp(tirx.const(0, "int32"), tirx.const(4, "int32"), lanes)
         table = i32(0, lanes)
         for i in range(4):
-            code = (quad + i32(i, lanes)) & i32(TABLE_SIZE - 1, lanes)
+            code = ((quad + i32(i, lanes)) & i32(TABLE_SIZE - 1, lanes)) + i32(first, lanes)
             value = element_value(self.fmt.element, code) * tirx.Broadcast(tirx.const(2.0**shift, "float32"), lanes)
             table = table | ((tirx.Cast(f"int32x{lanes}", value) & i32(0xFF, lanes)) << i32(8 * i, lanes))
         return table
@@ -174,6 +192,8 @@ class _Decoder:
             return out
         if self.mode == "magnitude":
             return [self._magnitude_lookup(self._top(words, j)) for j in range(per)]
+        if self.mode == "int8_pair":
+            return [self._int8_pair_lookup(self._top(words, j)) for j in range(per)]
         if self.mode == "half":  # each code to bits 8-15 of its lane, truncated to 16 bits and converted as float16
             placed = [word << u32(8, lanes), word, *(word >> u32(8 * j - 8, lanes) for j in range(2, per))]
             return [tirx.Cast(self.f32, tirx.reinterpret(f"float16x{lanes}", tirx.Cast(
@@ -192,6 +212,23 @@ class _Decoder:
                                             magnitude, self.magnitude_table[1])
         sign = top & u32(0x80000000, lanes)
         return tirx.reinterpret(self.f32, tirx.reinterpret(f"uint32x{lanes}", looked) | sign)
+
+    def _int8_pair_lookup(self, top):
+        """A float code's value * 2^table_shift from the top bits of ``top``: its magnitude ``m`` (at most
+        5 bits) looked up by two ``vpshufb``, one per 16-entry half of the int8 table. ``vpshufb`` gives
+        0 for an index byte with its top bit set, so index ``m + 0x70`` reads the low half only for
+        ``m < 16`` and ``(m ^ 16) + 0x70`` the high half only for ``m >= 16``; the other three bytes of
+        each lane get 0x80 and read 0. Converted from int32, its sign ORed in."""
+        lanes, magnitude_bits = self.lanes, self.bits - 1
+        magnitude = (top << u32(1, lanes)) >> u32(WORD_BITS - magnitude_bits, lanes)
+        bias = u32(0x80808070, lanes)
+        looked = [tirx.call_llvm_pure_intrin(f"int8x{4 * lanes}", "llvm.x86.avx2.pshuf.b",
+                                             tirx.reinterpret(f"int8x{4 * lanes}", table),
+                                             tirx.reinterpret(f"int8x{4 * lanes}", index + bias))
+                  for table, index in zip(self.table_pair, (magnitude, magnitude ^ u32(TABLE_SIZE, lanes)))]
+        value = tirx.Cast(self.f32, tirx.reinterpret(f"int32x{lanes}", looked[0] | looked[1]))
+        sign = top & u32(0x80000000, lanes)
+        return tirx.reinterpret(self.f32, tirx.reinterpret(f"uint32x{lanes}", value) | sign)
 
     def _top(self, words: list, j: int):
         """Code ``j`` of the group in the top bits of uint32 lanes (the bits below it are zero or

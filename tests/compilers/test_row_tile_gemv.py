@@ -108,9 +108,16 @@ def test_only_e5m2_decodes_as_float16():
 
 
 def test_int8_tables():
-    assert rt.int8_table(FORMATS["mxfp4"]) == ([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], 1)
-    assert rt.int8_table(FORMATS["mxint4"])[0][8] == -8
-    assert rt.int8_table(FORMATS["mxint8"]) is None  # 256 codes: no 16-entry table
+    def table(name):
+        return rt.int8_table(FORMATS[name].element.values)
+
+    assert table("mxfp4") == ([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], 1)
+    assert table("mxint4")[0][8] == -8
+    assert table("mxint8") is None  # 256 codes: no 32-entry table
+    # E2M3's 32 magnitudes are eighths up to 7.5; E3M2's sixteenths up to 28 do not fit int8
+    assert rt.int8_table(rt.magnitudes(FORMATS["mxfp6_e2m3"].element)) == ([m if m < 8 else (8 + m % 8) << (m // 8 - 1)
+                                                                            for m in range(32)], 3)
+    assert rt.int8_table(rt.magnitudes(FORMATS["mxfp6_e3m2"].element)) is None
 
 
 def test_bad_shapes_and_isa_are_named():
