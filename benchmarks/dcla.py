@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.models import dcla
+from edgekit.utils.files import atomic_write
 from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 GRIDS = {"toy": {"step": [0.005, 0.01, 0.02, 0.05], "smoothing": [0.01, 0.05, 0.2]},
@@ -120,7 +121,7 @@ def main():
         print(row)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     made_with["load_average_after"] = load_average()
-    args.output.write_text(json.dumps({"meta": {**made_with, "seeds": seeds, "grids": GRIDS,
+    atomic_write(args.output, json.dumps({"meta": {**made_with, "seeds": seeds, "grids": GRIDS,
                                                 "budget": budget, "validation_seeds": VALIDATION_SEEDS},
                                        "chosen": chosen, "summary": summary, "test": test,
                                        "validation": validation}, indent=1) + "\n")

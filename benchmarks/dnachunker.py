@@ -23,6 +23,7 @@ import torch
 from seed_stats import interval
 
 from edgekit.models import dnachunker, registry
+from edgekit.utils.files import atomic_write
 from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 REGIONS = ("motif", "repeat", "background")
@@ -111,7 +112,7 @@ def main() -> None:
     result = {"provenance": made_with, "command": " ".join(sys.argv), "seeds": args.seeds, "lrs": args.lrs,
               "config": base, "rows": rows}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write(args.output, json.dumps(result, indent=2) + "\n")
     plot(rows, args.output.with_suffix(".png"))
     print(f"wrote {args.output} and {args.output.with_suffix('.png')}")
 

@@ -44,6 +44,7 @@ from edgekit.simulators import weight_formats as wf
 from edgekit.simulators.gptq import IntGrid, rtn
 from edgekit.simulators.incoherence import Incoherence
 from edgekit.simulators.liftquant import codebook_bytes
+from edgekit.utils.files import atomic_write
 from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 UNIFORM = ["16to8", "22to10", "24to10", "20to8", "22to8", "12to4", "14to4", "16to4"]
@@ -162,7 +163,7 @@ def main() -> None:
 
     def save():
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(result, indent=2) + "\n")
+        atomic_write(args.output, json.dumps(result, indent=2) + "\n")  # a stopped run leaves whole points
 
     previous = result.get("lm_config")
     if previous is not None and previous != dataclasses.asdict(config):

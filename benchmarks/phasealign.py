@@ -20,6 +20,7 @@ from seed_stats import interval
 
 from edgekit.models import phasealign, registry, tiny_clip
 from edgekit.models.studies import get_study
+from edgekit.utils.files import atomic_write
 from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 
@@ -70,7 +71,7 @@ def main() -> None:
               "seeds": args.seeds, "config": dataclasses.asdict(config), "methods": phasealign.METHODS,
               "summary": summary, "runs": runs}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write(args.output, json.dumps(result, indent=2) + "\n")
     plot(summary, args.output.with_suffix(".png"))
     print(f"wrote {args.output} and {args.output.with_suffix('.png')}")
 

@@ -26,6 +26,7 @@ from seed_stats import interval
 from edgekit.models import mdm_samplers, registry, sudoku_mdm
 from edgekit.models.weights import quantized_copy
 from edgekit.simulators import weight_formats as wf
+from edgekit.utils.files import atomic_write
 from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 # the float reference, and the MX formats of 8-bit INT and 4-bit FP elements
@@ -127,7 +128,7 @@ def main() -> None:
               "test_puzzles": configs[0].eval_puzzles,
               "runs": [{k: v for k, v in run.items() if k != "rows"} for run in runs], "summary": summary, "rows": rows}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    atomic_write(args.output, json.dumps(result, indent=2) + "\n")
     size = configs[0].size
     plot(summary, args.output.with_suffix(".png"), f"{size}x{size} {configs[0].level}")
     print(f"wrote {args.output} and {args.output.with_suffix('.png')}")

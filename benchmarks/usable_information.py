@@ -41,6 +41,7 @@ import torch
 from edgekit.models import registry
 from edgekit.models import usable_information as ui
 from edgekit.models.studies import get_study
+from edgekit.utils.files import atomic_write
 from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
 WIDTHS = (16, 64, 256)  # the widest: B of every pair, the invertible map's z, the quantized network
@@ -185,7 +186,7 @@ def main():
               "pairs": pairs, "invertible": invertible, "quantization": quant}
     result["meta"]["seconds"] = time.perf_counter() - start
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1) + "\n")
+    atomic_write(args.output, json.dumps(result, indent=1) + "\n")
     plot(result, args.output.with_suffix(".png"))
     print(f"wrote {args.output}")
 
