@@ -125,14 +125,18 @@ def plot(rows: list[dict], fp32: float, path: Path) -> None:
         pts = sorted((r["bits_per_weight"], r["perplexity"]) for r in rows if pick(r))
         if pts:
             ax.plot(*zip(*pts), style, label=label)
-    for r in rows:  # fp32 is the dotted line: a marker at 32 bits would squeeze the rest
-        if not r["method"].startswith("liftquant") and r["method"] != "fp32":
-            ax.plot(r["bits_per_weight"], r["perplexity"], "x", markersize=9)
-            ax.annotate(r["method"], (r["bits_per_weight"], r["perplexity"]), textcoords="offset points", xytext=(5, 4))
+    labelled: list[float] = []
+    baselines = sorted((r for r in rows if not r["method"].startswith("liftquant") and r["method"] != "fp32"),
+                       key=lambda r: r["bits_per_weight"])
+    for r in baselines:  # fp32 is the dotted line: a marker at 32 bits would squeeze the rest
+        ax.plot(r["bits_per_weight"], r["perplexity"], "x", markersize=9)
+        near = sum(abs(r["bits_per_weight"] - bits) < 0.3 for bits in labelled)  # stack labels of close points
+        ax.annotate(r["method"], (r["bits_per_weight"], r["perplexity"]), textcoords="offset points",
+                    xytext=(-10, 8 + 11 * near), fontsize=8)
+        labelled.append(r["bits_per_weight"])
     ax.axhline(fp32, color="gray", linestyle=":", label=f"fp32 ({fp32:.3f})")
     ax.set_xlabel("bits per weight (codes, scales, codebooks, rotation data)")
     ax.set_ylabel("validation perplexity (bytes)")
-    ax.set_yscale("log")
     ax.set_title("byte-level LM on the CPython stdlib: perplexity vs bits per weight")
     ax.legend()
     fig.tight_layout()
