@@ -13,7 +13,8 @@ ResNet-18 and MobileNetV2 built from config classes with random weights, and a b
 2. Compile for this CPU in MXFP4 and run with TVM's runtime alone (``edgekit.runtime``):
    the largest difference from onnxruntime running the MXFP4 ONNX export, relative to the
    output's largest magnitude; whether the batch stayed symbolic; and the median latency
-   of the build against onnxruntime fp32 on the float graph, interleaved, at batch 1 and 4.
+   of the build against onnxruntime fp32 on the float graph at batch 1 and 4, in interleaved
+   rounds, each sample taken after the other runtime's spinning worker threads went idle.
 3. One build for any batch against one for batch 1: ResNet-18's symbolic-batch build and
    its batch-1 build, timed at batch 1 (the cost of the symbolic batch); only when ``--models``
    includes resnet18.
@@ -26,7 +27,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -39,14 +39,15 @@ FORMATS = "fp16,mxint8,mxfp8_e4m3,mxfp6_e2m3,mxfp4,mxint4,nvfp4,liftquant_24to10
 FIXED = {"bert": ["input_ids", "attention_mask"], "gpt2": ["input_ids"], "vit": ["pixel_values"]}
 
 
-def median_ms(fn, rounds: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+def interleaved_ms(calls: dict, rounds: int, threads: int) -> dict[str, float]:
+    """Median milliseconds per call of each named callable, timed in rotating interleaved rounds
+    (``jobs.bench.time_interleaved``: each sample after the previous runtime's spinning workers went idle)."""
+    from edgekit.jobs.bench import Backend, python_timer, time_interleaved
+
+    backends = [Backend(name, "", 0.0, 0, threads, call, python_timer(call), "python loop")
+                for name, call in calls.items()]
+    time_interleaved(backends, rounds)
+    return {b.name: 1e3 * statistics.median(b.samples) for b in backends}
 
 
 def compile_dir(model: Path, fmt: str, out: Path, shapes: list[str] = (), max_batch: int | None = None) -> dict:
@@ -113,8 +114,10 @@ def main():
                 arrays = [feeds[i["name"]] for i in built.inputs]
                 got = built(*arrays)[0]
                 expected = q_session.run(None, feeds)[0]
-                tvm_ms = median_ms(lambda b=built, a=arrays: b(*a), args.rounds)
-                ort_ms = median_ms(lambda s=float_session, f=feeds: s.run(None, f), args.rounds)
+                ms = interleaved_ms({"tvm": lambda b=built, a=arrays: b(*a),
+                                     "onnxruntime": lambda s=float_session, f=feeds: s.run(None, f)},
+                                    args.rounds, args.threads)
+                tvm_ms, ort_ms = ms["tvm"], ms["onnxruntime"]
                 builds.append({"model": name, "batch": batch, "symbolic_batch": manifest.get("max_batch") is not None,
                                "layers": len(manifest["layers"]),
                                "max_rel_diff_vs_onnxruntime": float(np.abs(got - expected).max()
@@ -127,15 +130,10 @@ def main():
             fixed = tmp / "resnet18_fixed"
             compile_dir(path, "mxfp4", fixed, max_batch=1)
             x = [np.load(inputs_npz("resnet18", tmp, 1))["pixel_values"]]
-            for _ in range(3):  # interleaved, so both see the same machine state
-                for label, directory in (("symbolic (any batch up to 64)", tmp / "resnet18_build"),
-                                         ("batch 1", fixed)):
-                    built = load(directory)
-                    dynamic.append({"build": label, "batch": 1,
-                                    "ms": median_ms(lambda b=built: b(*x), args.rounds)})
-    dynamic = [{"build": label, "batch": 1, "median_ms": statistics.median(r["ms"] for r in dynamic
-                                                                             if r["build"] == label)}
-               for label in dict.fromkeys(r["build"] for r in dynamic)]
+            symbolic, fixed_batch = load(tmp / "resnet18_build"), load(fixed)
+            ms = interleaved_ms({"symbolic (any batch up to 64)": lambda: symbolic(*x),
+                                 "batch 1": lambda: fixed_batch(*x)}, args.rounds, args.threads)
+            dynamic = [{"build": label, "batch": 1, "median_ms": median} for label, median in ms.items()]
     meta["load_average_after"] = load_average()
     sections = {"accuracy": accuracy, "builds": builds, "symbolic_batch": dynamic}
     atomic_write(args.output, json.dumps(json_safe({"meta": meta, **sections}), indent=2) + "\n")

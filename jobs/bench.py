@@ -149,6 +149,22 @@ def calibrate(backend, min_sample_s: float = MIN_SAMPLE_S) -> int:
     return n
 
 
+def time_interleaved(backends: list, rounds: int, progress: Callable[[Iterable, int], Iterable] | None = None,
+                     min_sample_s: float = MIN_SAMPLE_S) -> None:
+    """Append ``rounds`` samples to each backend's ``samples`` (seconds per call): one sample per
+    backend per round, in an order that rotates from round to round, each taken after the previous
+    backend's spinning workers went idle and after one warm-up call."""
+    for b in backends:
+        b.number = calibrate(b, min_sample_s)
+    order = range(rounds)
+    for r in progress(order, rounds) if progress else order:
+        for k in range(len(backends)):
+            b = backends[(r + k) % len(backends)]  # rotate who goes first
+            settle()  # the previous backend's spinning workers
+            b.call()  # warm the caches after the previous backend
+            b.samples.append(b.mean_time(b.number))
+
+
 def model_inputs(source: ModelSource, imported, seed: int) -> list[np.ndarray]:
     """Seeded random inputs of the model's input shapes (float), its example inputs otherwise."""
     rng = np.random.default_rng(seed)
@@ -288,15 +304,7 @@ def bench_model(model: str, fmt: str, target_spec: str, repeat: int = 20, thread
                                                 totals["weight_bits"], totals["weight_bytes"], inputs, threads))
                 backends.append(torch_backend(source.module, inputs, 4 * numel))
             checks = check_outputs(backends)
-            for b in backends:
-                b.number = calibrate(b, min_sample_s)
-            rounds = range(repeat)
-            for r in progress(rounds, repeat) if progress else rounds:
-                for k in range(len(backends)):
-                    b = backends[(r + k) % len(backends)]  # rotate who goes first
-                    settle()  # the previous backend's spinning workers
-                    b.call()  # warm the caches after the previous backend
-                    b.samples.append(b.mean_time(b.number))
+            time_interleaved(backends, repeat, progress, min_sample_s)
         for note in skipped:
             log(f"skipped {note}")
         if thread_note:
