@@ -273,7 +273,11 @@ def render_nemo() -> str:
         label = NEMO_LABELS.get(condition) or (f"{condition} ({data['candidates']} candidates)"
                                                if condition in ("self_consistency", "mbr") else condition)
         rows.append([label, pm(stat, 3, "±"), ", ".join(f"{v:.3f}" for v in stat["per_seed"])])
-    return "\n\n".join([source_line("nemo.json", meta_of(data)), table(["condition", "accuracy", "per seed"], rows)])
+    by_family = data["summary"]["accuracy_by_family"]
+    conditions = list(data["summary"]["accuracy"])
+    family_rows = [[family, *(f"{stats[c]['mean']:.2f}" for c in conditions)] for family, stats in by_family.items()]
+    return "\n\n".join([source_line("nemo.json", meta_of(data)), table(["condition", "accuracy", "per seed"], rows),
+                        "By family (mean over seeds):", table(["family", *conditions], family_rows)])
 
 
 def render_fuzzeval() -> str:
