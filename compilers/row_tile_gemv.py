@@ -210,8 +210,7 @@ class _Decoder:
         magnitude = tirx.reinterpret(f"int32x{lanes}", top >> u32(WORD_BITS - self.bits, lanes))
         looked = tirx.call_llvm_pure_intrin(self.f32, "llvm.x86.avx512.vpermi2var.ps.512", self.magnitude_table[0],
                                             magnitude, self.magnitude_table[1])
-        sign = top & u32(0x80000000, lanes)
-        return tirx.reinterpret(self.f32, tirx.reinterpret(f"uint32x{lanes}", looked) | sign)
+        return self._with_sign(looked, top)
 
     def _int8_pair_lookup(self, top):
         """A float code's value * 2^table_shift from the top bits of ``top``: its magnitude ``m`` (at most
@@ -226,9 +225,12 @@ class _Decoder:
                                              tirx.reinterpret(f"int8x{4 * lanes}", table),
                                              tirx.reinterpret(f"int8x{4 * lanes}", index + bias))
                   for table, index in zip(self.table_pair, (magnitude, magnitude ^ u32(TABLE_SIZE, lanes)))]
-        value = tirx.Cast(self.f32, tirx.reinterpret(f"int32x{lanes}", looked[0] | looked[1]))
-        sign = top & u32(0x80000000, lanes)
-        return tirx.reinterpret(self.f32, tirx.reinterpret(f"uint32x{lanes}", value) | sign)
+        return self._with_sign(tirx.Cast(self.f32, tirx.reinterpret(f"int32x{lanes}", looked[0] | looked[1])), top)
+
+    def _with_sign(self, magnitude, top):
+        """The float32 ``magnitude`` with the sign of the code at the top of ``top`` ORed in."""
+        sign = top & u32(0x80000000, self.lanes)
+        return tirx.reinterpret(self.f32, tirx.reinterpret(f"uint32x{self.lanes}", magnitude) | sign)
 
     def _top(self, words: list, j: int):
         """Code ``j`` of the group in the top bits of uint32 lanes (the bits below it are zero or
