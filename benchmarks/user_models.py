@@ -44,8 +44,8 @@ def interleaved_ms(calls: dict, rounds: int, threads: int) -> dict[str, float]:
     (``jobs.bench.time_interleaved``: each sample after the previous runtime's spinning workers went idle)."""
     from edgekit.jobs.bench import Backend, python_timer, time_interleaved
 
-    backends = [Backend(name, "", 0.0, 0, threads, call, python_timer(call), "python loop")
-                for name, call in calls.items()]
+    backends = [Backend(name=name, fmt="", weight_bits=0.0, weight_bytes=0, threads=threads, call=call,
+                        mean_time=python_timer(call), timing="python loop") for name, call in calls.items()]
     time_interleaved(backends, rounds)
     return {b.name: 1e3 * statistics.median(b.samples) for b in backends}
 
