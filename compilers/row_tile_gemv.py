@@ -32,6 +32,11 @@ Element decode, chosen from the format's row, never its name:
 * otherwise (8-bit float codes, or a 4-bit table with NaN on AVX2): ``tir_decode.element_value_top``,
   the arithmetic decode every other kernel uses, on each code shifted to the top of its lane.
 
+NaN codes cost no test per weight where the scale has a NaN code of its own (E8M0's 0xFF):
+:func:`tile_rows` gives every block that holds a NaN code that scale, so the block's sum, and
+the row's output, is NaN as ``x @ dequantize(W).T``'s is, whatever the decode makes of the
+NaN code itself (E4M3's reads as 480). The rows without NaN codes are untouched.
+
 The lookups are LLVM x86 intrinsics: the kernel exists for x86 targets with AVX2 and FMA
 (``kernel_schedules.vector_isa``), for weights whose blocks are whole groups (:func:`applies`).
 The result equals ``x @ dequantize(W).T`` up to float32 summation order.
@@ -45,6 +50,7 @@ import numpy as np
 from tvm import te, tirx
 
 from edgekit.simulators import BlockFormat
+from edgekit.simulators.reference import unpack_codes
 
 from .kernel_schedules import VECTOR_LANES
 from .tir_decode import element_value, element_value_top, i32, scale_value, u32
@@ -74,16 +80,40 @@ def applies(fmt: BlockFormat, n: int, k: int) -> bool:
     return fmt.block_size % codes_per_group(fmt) == 0 and k % fmt.block_size == 0 and n % ROW_TILE == 0
 
 
+def scale_nan_code(fmt: BlockFormat) -> int | None:
+    """The scale code that carries a block's NaN codes (see the module's docstring): the scale's
+    first NaN code, where ``fmt``'s element has NaN codes and its scale has one."""
+    if not fmt.element.has_nan:
+        return None
+    nan = np.flatnonzero(np.isnan(fmt.scale.values))
+    return int(nan[0]) if nan.size else None
+
+
+def nan_into_scales(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat) -> np.ndarray:
+    """(n, blocks) ``scales`` with :func:`scale_nan_code` for every block whose codes hold a NaN."""
+    scales = np.asarray(scales, np.uint8)
+    nan_scale = scale_nan_code(fmt)
+    if nan_scale is None:
+        return scales
+    elements = unpack_codes(codes, fmt.element.bits)
+    if elements.shape[1] != scales.shape[1] * fmt.block_size:
+        raise ValueError(f"{LAYOUT} needs whole {fmt.block_size}-element blocks of {fmt.name} codes; got "
+                         f"{elements.shape[1]} codes a row for {scales.shape[1]} scales")
+    nan_code = np.isnan(fmt.element.values)[elements].reshape(*scales.shape, fmt.block_size)
+    return np.where(nan_code.any(axis=-1), np.uint8(nan_scale), scales)
+
+
 def tile_rows(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat) -> tuple[np.ndarray, np.ndarray]:
     """The codecs' (n, bytes) codes and (n, blocks) scales in the ``row_tiles`` layout:
-    codes (n / ROW_TILE, words, ROW_TILE) uint32 (little-endian words) and scales (n / ROW_TILE, blocks, ROW_TILE)."""
+    codes (n / ROW_TILE, words, ROW_TILE) uint32 (little-endian words) and scales (n / ROW_TILE, blocks, ROW_TILE),
+    a block with a NaN code taking the scale's NaN code (:func:`nan_into_scales`)."""
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
     n = codes.shape[0]
     if n % ROW_TILE or codes.shape[1] % (WORD_BITS // 8):
         raise ValueError(f"{LAYOUT} needs a multiple of {ROW_TILE} rows of whole 32-bit words of {fmt.name} codes; "
                          f"got {n} rows of {codes.shape[1]} bytes")
     words = codes.view("<u4").reshape(n // ROW_TILE, ROW_TILE, -1)
-    tiled_scales = np.asarray(scales, np.uint8).reshape(n // ROW_TILE, ROW_TILE, -1)
+    tiled_scales = nan_into_scales(codes, scales, fmt).reshape(n // ROW_TILE, ROW_TILE, -1)
     return (np.ascontiguousarray(words.transpose(0, 2, 1)).astype(np.uint32, copy=False),
             np.ascontiguousarray(tiled_scales.transpose(0, 2, 1)))
 
@@ -201,7 +231,8 @@ class _Decoder:
         tops = [tirx.reinterpret(f"int32x{lanes}", self._top(words, j)) for j in range(per)]
         if self.mode == "int":
             return [tirx.Cast(self.f32, top >> i32(WORD_BITS - self.bits, lanes)) for top in tops]
-        return [element_value_top(self.fmt.element, top) for top in tops]
+        nan_codes = scale_nan_code(self.fmt) is None  # else the scales carry them
+        return [element_value_top(self.fmt.element, top, nan_codes) for top in tops]
 
     def _magnitude_lookup(self, top):
         """A float code's value from the top bits of ``top``: its magnitude looked up in a 32-entry

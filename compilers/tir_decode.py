@@ -96,11 +96,13 @@ def element_value(elem: ElementType, code) -> tirx.PrimExpr:
     return _with_specials(elem, placed, value, n)
 
 
-def element_value_top(elem: ElementType, top) -> tirx.PrimExpr:
+def element_value_top(elem: ElementType, top, nan_codes: bool = True) -> tirx.PrimExpr:
     """The float32 value of a code held in the top ``elem.bits`` bits of int32 lanes (the bits
     below it are ignored): the same values as :func:`element_value`, with fewer operations
     where codes are shifted out of a word. An arithmetic shift right moves a float's
-    magnitude under FP32's exponent field and copies its sign above it, and a mask keeps both."""
+    magnitude under FP32's exponent field and copies its sign above it, and a mask keeps both.
+    Without ``nan_codes`` (a caller that handles them itself), a NaN code of an element without
+    Inf decodes as whatever its bits read as a number."""
     n = lanes_of(top)
     if elem.kind == "int":
         signed = top >> _const(32 - elem.bits, "int32", n)
@@ -112,7 +114,7 @@ def element_value_top(elem: ElementType, top) -> tirx.PrimExpr:
     spread = tirx.reinterpret(as_u32, top >> _const(8 - elem.ebits, "int32", n))
     placed = spread & u32(0x80000000 | (_magnitude_mask(elem) << (23 - elem.mbits)), n)
     value = tirx.reinterpret(_typed("float32", n), placed) * f32(2.0 ** (127 - elem.bias), n)
-    return _with_specials(elem, placed, value, n)
+    return _with_specials(elem, placed, value, n) if nan_codes or elem.inf else value
 
 
 def _with_specials(elem: ElementType, placed, value, n: int):

@@ -84,22 +84,42 @@ def test_every_code_byte(name, isa):
     assert_float32_close(actual[np.isfinite(expected)], expected[np.isfinite(expected)])
 
 
+@pytest.mark.parametrize("nan_codes", [True, False])
 @pytest.mark.parametrize("name", [n for n in TILED if FORMATS[n].element.bits == 8])
-def test_top_of_word_decode_is_the_table(name):
-    """element_value_top on every code, with arbitrary bits below it, gives the decode table's bits."""
+def test_top_of_word_decode_is_the_table(name, nan_codes):
+    """element_value_top on every code, with arbitrary bits below it, gives the decode table's bits
+    (without ``nan_codes``, on every code that is not NaN)."""
     elem = FORMATS[name].element
     codes = np.arange(1 << elem.bits, dtype=np.uint32)
     noise = np.random.default_rng(2).integers(0, 1 << (32 - elem.bits), codes.size, dtype=np.uint32)
     words = ((codes << np.uint32(32 - elem.bits)) | noise).view(np.int32)
     inp = te.placeholder((codes.size,), "int32", name="top")
-    out = te.compute(inp.shape, lambda i: element_value_top(elem, inp[i]), name="value")
+    out = te.compute(inp.shape, lambda i: element_value_top(elem, inp[i], nan_codes), name="value")
     lib = tvm.compile(te.create_prim_func([inp, out]), target="llvm")
     result = tvm.runtime.tensor(np.zeros(codes.size, np.float32))
     lib(tvm.runtime.tensor(words), result)
     expected = elem.values.astype(np.float32)
     nan = np.isnan(expected)
-    assert np.array_equal(np.isnan(result.numpy()), nan)
+    if nan_codes or elem.inf:
+        assert np.array_equal(np.isnan(result.numpy()), nan)
     assert np.array_equal(result.numpy().view(np.uint32)[~nan], expected.view(np.uint32)[~nan])
+
+
+def test_blocks_with_nan_codes_take_the_scales_nan():
+    """tile_rows gives a block holding a NaN code the scale's NaN code, and leaves every other scale and
+    every code as the codec wrote them; formats without NaN codes keep their scales."""
+    fmt = FORMATS["mxfp8_e4m3"]
+    q = quantize(np.random.default_rng(3).standard_normal((rt.ROW_TILE, 4 * fmt.block_size)).astype(np.float32),
+                 fmt, axis=-1)
+    codes = q.codes.copy()
+    codes[5, fmt.block_size + 7] = 0xFF  # E4M3's negative NaN, in block 1 of row 5
+    tiled_codes, tiled_scales = rt.tile_rows(codes, q.scales, fmt)
+    assert rt.scale_nan_code(fmt) == 255
+    expected = q.scales.copy()
+    expected[5, 1] = 255
+    assert np.array_equal(tiled_scales.transpose(0, 2, 1).reshape(expected.shape), expected)
+    assert np.array_equal(np.ascontiguousarray(tiled_codes.transpose(0, 2, 1)).view(np.uint8).reshape(codes.shape), codes)
+    assert all(rt.scale_nan_code(FORMATS[name]) is None for name in ("mxfp4", "mxint8", "mxfp6_e2m3", "nvfp4"))
 
 
 def test_only_e5m2_decodes_as_float16():
