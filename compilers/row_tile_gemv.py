@@ -1,16 +1,19 @@
-"""Batch-1 CPU GEMV over row tiles: a vector lane per weight row, codes decoded from 32-bit words.
+"""Batch-1 CPU GEMV over row tiles: a vector lane per weight row, codes decoded from 32-bit words or bytes.
 
 The ``row_tiles`` layout (:func:`tile_rows`) keeps the codecs' bytes but reorders them:
-rows in tiles of :data:`ROW_TILE`, and within a tile word ``w`` (32 bits of a row's
-packed codes, lowest bits first, exactly as the codecs pack them) of every row contiguous.
-So one vector load gives the same word of 16 rows (AVX-512) or 8 (AVX2), and each lane
-decodes its own row's codes with shifts. Codes are read a *group* of words at a time, the
-fewest whole words that hold whole codes (one word of 4- or 8-bit codes; three words of
-sixteen 6-bit codes, two of which straddle a word boundary and are put together from two
-words). The input of element ``j`` of a group is one broadcast shared by all lanes. A block's products are summed
-unscaled and multiplied by the vector of the rows' block scales once per block, so a
-scale costs one FMA per block instead of a multiply per weight. Tiles run in parallel,
-each streaming one contiguous region of codes.
+rows in tiles of :data:`ROW_TILE`, and within a tile *unit* ``w`` of every row contiguous.
+A unit is a 32-bit word of a row's packed codes (lowest bits first, exactly as the codecs
+pack them), or for 8-bit integer codes one code, which a sign-extending load (``vpmovsxbd``)
+makes its lane's int32 with no shift (float codes gain nothing from bytes: their decodes
+shift anyway). So one vector load gives the same unit of 16 rows (AVX-512) or 8 (AVX2), and
+each lane decodes its own row's codes with shifts. Codes are read a *group* of units at a
+time, the fewest whole units that hold whole codes (one word of 4-bit or 8-bit float codes;
+one 8-bit integer code; three words of sixteen 6-bit codes, two of which straddle a word
+boundary and are put together from two words). The input of element ``j`` of a group is
+one broadcast shared by all lanes. A block's products are summed unscaled and multiplied
+by the vector of the rows' block scales once per block, so a scale costs one FMA per block
+instead of a multiply per weight. Tiles run in parallel, each streaming one contiguous
+region of codes.
 
 Element decode, chosen from the format's row, never its name:
 
@@ -58,6 +61,7 @@ from .tir_decode import element_value, element_value_top, i32, scale_value, u32
 ROW_TILE = 64  # rows per tile: a multiple of every ISA's lanes * VECTORS
 VECTORS = 4  # vectors of rows summed together: 4 accumulators, 4 block sums and 4 words in registers
 WORD_BITS = 32
+BYTE_BITS = 8
 TABLE_SIZE = 16
 LAYOUT = "row_tiles"
 INT8 = (-128, 127)
@@ -65,13 +69,18 @@ PAIR_TABLE_BITS = 5  # magnitudes of at most 5 bits: a 32-entry table in two reg
 MAX_TABLE_SHIFT = 8  # powers of two tried to make a 4-bit table's values integers
 
 
-def group_words(fmt: BlockFormat) -> int:
-    """32-bit words in a group: the fewest that hold a whole number of ``fmt``'s codes."""
-    return fmt.element.bits // math.gcd(fmt.element.bits, WORD_BITS)
+def unit_bits(fmt: BlockFormat) -> int:
+    """Bits of the layout's unit for ``fmt``: one code for 8-bit integer codes, else a 32-bit word."""
+    return BYTE_BITS if fmt.element.kind == "int" and fmt.element.bits == BYTE_BITS else WORD_BITS
+
+
+def group_units(fmt: BlockFormat) -> int:
+    """Units in a group: the fewest that hold a whole number of ``fmt``'s codes."""
+    return fmt.element.bits // math.gcd(fmt.element.bits, unit_bits(fmt))
 
 
 def codes_per_group(fmt: BlockFormat) -> int:
-    return group_words(fmt) * WORD_BITS // fmt.element.bits
+    return group_units(fmt) * unit_bits(fmt) // fmt.element.bits
 
 
 def applies(fmt: BlockFormat, n: int, k: int) -> bool:
@@ -105,16 +114,18 @@ def nan_into_scales(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat) -> 
 
 def tile_rows(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat) -> tuple[np.ndarray, np.ndarray]:
     """The codecs' (n, bytes) codes and (n, blocks) scales in the ``row_tiles`` layout:
-    codes (n / ROW_TILE, words, ROW_TILE) uint32 (little-endian words) and scales (n / ROW_TILE, blocks, ROW_TILE),
+    codes (n / ROW_TILE, units, ROW_TILE) (uint32 little-endian words, or uint8 codes, see :func:`unit_bits`) and
+    scales (n / ROW_TILE, blocks, ROW_TILE),
     a block with a NaN code taking the scale's NaN code (:func:`nan_into_scales`)."""
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
     n = codes.shape[0]
-    if n % ROW_TILE or codes.shape[1] % (WORD_BITS // 8):
-        raise ValueError(f"{LAYOUT} needs a multiple of {ROW_TILE} rows of whole 32-bit words of {fmt.name} codes; "
-                         f"got {n} rows of {codes.shape[1]} bytes")
-    words = codes.view("<u4").reshape(n // ROW_TILE, ROW_TILE, -1)
+    unit_bytes = unit_bits(fmt) // 8
+    if n % ROW_TILE or codes.shape[1] % unit_bytes:
+        raise ValueError(f"{LAYOUT} needs a multiple of {ROW_TILE} rows of whole {unit_bits(fmt)}-bit units of "
+                         f"{fmt.name} codes; got {n} rows of {codes.shape[1]} bytes")
+    units = codes.view(f"<u{unit_bytes}").reshape(n // ROW_TILE, ROW_TILE, -1)
     tiled_scales = nan_into_scales(codes, scales, fmt).reshape(n // ROW_TILE, ROW_TILE, -1)
-    return (np.ascontiguousarray(words.transpose(0, 2, 1)).astype(np.uint32, copy=False),
+    return (np.ascontiguousarray(units.transpose(0, 2, 1)).astype(f"u{unit_bytes}", copy=False),
             np.ascontiguousarray(tiled_scales.transpose(0, 2, 1)))
 
 
@@ -200,7 +211,7 @@ class _Decoder:
         """float32 vectors of every code in a group of ``words`` (uint32 lanes), in element order."""
         per = codes_per_group(self.fmt)
         lanes = self.lanes
-        if self.mode in ("permute", "int8", "half"):  # 4- and 8-bit codes: a group is one word
+        if self.mode in ("permute", "int8", "half"):  # 4- and 8-bit codes: a group is one unit
             [word] = words
         if self.mode == "permute":
             table = element_value(self.fmt.element, tirx.Ramp(tirx.const(0, "int32"), tirx.const(1, "int32"), lanes))
@@ -263,6 +274,15 @@ class _Decoder:
         sign = top & u32(0x80000000, self.lanes)
         return tirx.reinterpret(self.f32, tirx.reinterpret(f"uint32x{self.lanes}", magnitude) | sign)
 
+    def widen(self, unit):
+        """A vector of units as uint32 words: a byte code sign-extended (``vpmovsxbd``), as if the
+        only code of a word, with copies of its sign above it, so that LLVM folds the integer
+        decode's shift to the top and back into the extension."""
+        if unit_bits(self.fmt) == WORD_BITS:
+            return unit
+        lanes = self.lanes
+        return tirx.reinterpret(f"uint32x{lanes}", tirx.Cast(f"int32x{lanes}", tirx.reinterpret(f"int8x{lanes}", unit)))
+
     def _top(self, words: list, j: int):
         """Code ``j`` of the group in the top bits of uint32 lanes (the bits below it are zero or
         other codes'): one shift, or for a code that straddles two words, its low bits from the top
@@ -282,7 +302,7 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
 
     decoder = _Decoder(fmt, isa)
     lanes, f32 = decoder.lanes, decoder.f32
-    per, group = codes_per_group(fmt), group_words(fmt)
+    per, group, unit = codes_per_group(fmt), group_units(fmt), f"uint{unit_bits(fmt)}x{decoder.lanes}"
     block_groups = fmt.block_size // per
     n_tiles, _, _ = (int(v) for v in codes.shape)
     n_blocks = int(scales.shape[1])
@@ -305,7 +325,7 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
             for g_in_block in range(block_groups):
                 g = b * block_groups + g_in_block
                 for v in range(VECTORS):
-                    words = [codes.vload([tile, g * group + t, first + v * lanes], f"uint32x{lanes}")
+                    words = [decoder.widen(codes.vload([tile, g * group + t, first + v * lanes], unit))
                              for t in range(group)]
                     for j, value in enumerate(decoder.values(words)):
                         xj = tirx.Broadcast(x[0, g * per + j], lanes)
@@ -330,9 +350,9 @@ def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float 
     if not applies(fmt, n, k):
         raise ValueError(f"the row-tile GEMV takes {fmt.name} weights with a multiple of {ROW_TILE} rows and of "
                          f"{fmt.block_size} inputs; got {n} x {k}")
-    words = k // codes_per_group(fmt) * group_words(fmt)
+    units = k // codes_per_group(fmt) * group_units(fmt)
     x = te.placeholder((1, k), "float32", name="x")
-    codes = te.placeholder((n // ROW_TILE, words, ROW_TILE), "uint32", name="codes")
+    codes = te.placeholder((n // ROW_TILE, units, ROW_TILE), f"uint{unit_bits(fmt)}", name="codes")
     scales = te.placeholder((n // ROW_TILE, math.ceil(k / fmt.block_size), ROW_TILE), "uint8", name="scales")
     y = te.extern((1, n), [x, codes, scales],
                   lambda ins, outs: _gemv_body(*ins, *outs, fmt, isa, tensor_scale), name="gemv", dtype="float32")
