@@ -2,7 +2,7 @@
 
     python benchmarks/bench_gemv.py [--n 4096] [--k 4096] [--rounds 15] [--threads 2] [--sample-ms 30]
                                     [--liftquant 24to10] [--liftquant-codes FILE.npz] [--skip-model]
-                                    [-o benchmarks/results/gemv.json]
+                                    [--cache-size 2048] [-o benchmarks/results/gemv.json]
 
 Part 1, one ``n x k`` Linear layer at batch 1 (``y = x @ W.T``):
   * onnxruntime fp32 MatMul at ORT_ENABLE_BASIC and at its default level (ORT_ENABLE_ALL), and,
@@ -21,6 +21,10 @@ Part 1, one ``n x k`` Linear layer at batch 1 (``y = x @ W.T``):
 Every TVM row is built for this CPU and, where it has AVX-512, again for the same CPU with AVX2 and
 FMA alone (rows marked ``[avx2]``), as a machine without AVX-512 would run it; onnxruntime and torch
 pick their kernels at run time and use AVX-512 where the CPU has it.
+Part 1b, the decode roof: onnxruntime fp32 (basic) and every block format's TVM GEMV again on a
+``--cache-size`` square weight whose codes the cores' L2 caches hold, in rounds of their own. A
+kernel that reads its bytes no faster there than from the large weight is bound by its decode
+work, not by memory, and its in-cache byte rate is the most any layout of the same bytes gets.
 Part 2, the ``digits`` MLP (trained here, seed 0) at batch 1: TVM builds of the fp32 and
 mxfp4 plans (edgekit's passes for the ``host`` target) vs onnxruntime on the float ONNX
 export (and, for reference, the mxfp4 ONNX graph and PyTorch eager).
@@ -149,13 +153,18 @@ def float_baseline_cases(w: np.ndarray, x: np.ndarray, threads: int, tmp: Path) 
     return cases
 
 
+def random_layer(n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded ``n x k`` weight and a batch-1 input."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((n, k), dtype=np.float32) * 0.02).astype(np.float32)
+    return w, rng.standard_normal((1, k), dtype=np.float32)
+
+
 def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int, liftquant: list[str],
                codes: Path | None = None) -> tuple[list[Case], list[dict]]:
     """Every backend on one ``n x k`` weight: float baselines, then for each of :func:`cpu_targets` the TVM
     fp32, MX and NVFP4 GEMVs and each LiftQuant configuration in ``liftquant``; with each LiftQuant encode's record."""
-    rng = np.random.default_rng(seed)
-    w = (rng.standard_normal((n, k), dtype=np.float32) * 0.02).astype(np.float32)
-    x = rng.standard_normal((1, k), dtype=np.float32)
+    w, x = random_layer(n, k, seed)
     cases = float_baseline_cases(w, x, threads, tmp)
 
     for suffix, target in cpu_targets().items():
@@ -168,6 +177,15 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int, liftquant: li
             cases += liftquant_cases(q, x, w, target, suffix)
         encodes.append(info)
     return cases, encodes
+
+
+def in_cache_cases(size: int, threads: int, tmp: Path, seed: int) -> list[Case]:
+    """The reference onnxruntime fp32 GEMV and every block format's TVM GEMV, for each of :func:`cpu_targets`,
+    on a ``size x size`` weight (the decode roof: its codes fit the cores' L2 caches)."""
+    w, x = random_layer(size, size, seed)
+    reference = [c for c in float_baseline_cases(w, x, threads, tmp) if c.name == REFERENCE]
+    return reference + [tvm_gemv_case(fmt, w, x, target, suffix)
+                        for suffix, target in cpu_targets().items() for fmt in FORMATS]
 
 
 def cpu_targets() -> dict[str, object]:
@@ -394,6 +412,8 @@ def main():
     parser.add_argument("--sample-ms", type=float, default=30.0, help="minimum length of one sample")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-model", action="store_true", help="only the GEMV part")
+    parser.add_argument("--cache-size", type=int, default=2048,
+                        help="side of the square weight of the decode roof, whose codes the L2 caches hold (0: none)")
     parser.add_argument("--liftquant", default="24to10",
                         help="comma-separated LiftQuant configurations timed beside the MX formats ('' for none)")
     parser.add_argument("--liftquant-codes", type=Path, default=None,
@@ -403,6 +423,8 @@ def main():
     args = parser.parse_args()
     if args.rounds < 7:
         parser.error("--rounds must be at least 7")
+    if args.cache_size < 0 or args.cache_size % 64:
+        parser.error(f"--cache-size must be 0 or a positive multiple of 64 (the row-tile GEMV's tile), got {args.cache_size}")
 
     from edgekit.utils.provenance import load_average, provenance, require_clean_tree
 
@@ -423,18 +445,24 @@ def main():
         liftquant = [c.strip() for c in args.liftquant.split(",") if c.strip()]
         gemv, encodes = gemv_cases(args.n, args.k, args.threads, Path(tmp), args.seed, liftquant, args.liftquant_codes)
         run_rounds(gemv, args.rounds, sample_s, "gemv")
+        in_cache = in_cache_cases(args.cache_size, args.threads, Path(tmp), args.seed) if args.cache_size else []
+        if in_cache:
+            run_rounds(in_cache, args.rounds, sample_s, "in cache")
         model = [] if args.skip_model else model_cases(args.threads, Path(tmp), args.seed)
         if model:
             run_rounds(model, args.rounds, sample_s, "digits")
     gemv_rows = rows_of(gemv, True)
     model_rows = rows_of(model, False) if model else []
+    in_cache_rows = rows_of(in_cache, True) if in_cache else []
     text = (f"### GEMV {args.n}x{args.k}, batch 1, {args.threads} threads, {args.rounds} rounds\n\n"
             + markdown_table(gemv_rows))
+    if in_cache_rows:
+        text += (f"\n\n### In cache: GEMV {args.cache_size}x{args.cache_size}\n\n" + markdown_table(in_cache_rows))
     if model_rows:
         text += ("\n\n### digits MLP (64-256-256-10), batch 1\n\n" + markdown_table(model_rows))
     print(text)
     meta = {**before, "command": " ".join(["python", *sys.argv]),
-            "n": args.n, "k": args.k, "rounds": args.rounds, "sample_ms": args.sample_ms,
+            "n": args.n, "k": args.k, "cache_size": args.cache_size, "rounds": args.rounds, "sample_ms": args.sample_ms,
             "threads": args.threads, "tvm_threads": tvm_threads, "logical_cpus": os.cpu_count(),
             "load_average_after": load_average(),
             "tvm_targets": {suffix.strip() or "host": str(t) for suffix, t in cpu_targets().items()},
@@ -445,8 +473,9 @@ def main():
         return [{"backend": c.name, "format": c.fmt, "timing": c.timing, "calls_per_sample": c.number,
                  "samples_ms": [1e3 * s for s in c.samples]} for c in cases]
 
-    result = {"meta": meta, "gemv": gemv_rows, "liftquant_encodes": encodes, "model": model_rows,
-              "samples": {"gemv": samples(gemv), "model": samples(model)}}
+    result = {"meta": meta, "gemv": gemv_rows, "liftquant_encodes": encodes, "gemv_in_cache": in_cache_rows,
+              "model": model_rows,
+              "samples": {"gemv": samples(gemv), "gemv_in_cache": samples(in_cache), "model": samples(model)}}
     atomic_write(args.output, json.dumps(json_safe(result), indent=2) + "\n")
     print(f"wrote {args.output}")
 

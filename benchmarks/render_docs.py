@@ -156,6 +156,8 @@ def render_gemv() -> str:
                "x onnxruntime fp32"], gemv),
     ]
     parts.append(gemv_byte_rates(data["gemv"], meta["reference"]))
+    if data.get("gemv_in_cache"):
+        parts.append(gemv_roof(data["gemv_in_cache"], data["gemv"], meta))
     for enc in data.get("liftquant_encodes", []):
         took = f"in {enc['encode_seconds']} s" if enc["encode_seconds"] is not None else "in an earlier run"
         parts.append(f"{enc['format']}: {enc['bits_per_weight']:.3f} bits per weight stored, relative weight MSE "
@@ -171,28 +173,52 @@ def render_gemv() -> str:
 AVX2_SUFFIX = " [avx2]"  # bench_gemv's rows built for AVX2 and FMA alone
 
 
+def block_format_shares(rows: list[dict], ref_gbps: float) -> list[str]:
+    """Each block format's TVM GEMV's bytes read per second as a share of ``ref_gbps``, for this CPU and
+    with AVX2 alone (the ``[avx2]`` rows)."""
+    from edgekit.simulators.weight_formats import resolve
+
+    by_name = {r["backend"]: r for r in rows}
+    shares = []
+    for r in rows:
+        if (r["backend"].startswith("tvm ") and not r["backend"].endswith(AVX2_SUFFIX)
+                and resolve(r["format"]).family == "block"):
+            avx2 = by_name.get(r["backend"] + AVX2_SUFFIX)
+            shares.append(f"{r['format']} {100 * r['GB/s'] / ref_gbps:.0f}%"
+                          + (f" ({100 * avx2['GB/s'] / ref_gbps:.0f}% with AVX2 alone)" if avx2 else ""))
+    return shares
+
+
 def gemv_byte_rates(rows: list[dict], reference: str) -> str:
-    """Each block format's bytes read per second as a share of the reference's, for this CPU and with AVX2
-    alone (the ``[avx2]`` rows), and each LiftQuant layer's speed-up, from the table's medians."""
+    """Each block format's bytes read per second as a share of the reference's (:func:`block_format_shares`),
+    and each LiftQuant layer's speed-up, from the table's medians."""
     from edgekit.simulators.weight_formats import resolve
 
     by_name = {r["backend"]: r for r in rows}
     ref = by_name[reference]["GB/s"]
     tvm = [r for r in rows if r["backend"].startswith("tvm ") and not r["backend"].endswith(AVX2_SUFFIX)]
-    shares = []
-    for r in tvm:
-        if resolve(r["format"]).family == "block":
-            avx2 = by_name.get(r["backend"] + AVX2_SUFFIX)
-            shares.append(f"{r['format']} {100 * r['GB/s'] / ref:.0f}%"
-                          + (f" ({100 * avx2['GB/s'] / ref:.0f}% with AVX2 alone)" if avx2 else ""))
     layers = [f"{r['format']} {r['x onnxruntime fp32']:.1f}x" + (
         f" ({by_name[r['backend'] + AVX2_SUFFIX]['x onnxruntime fp32']:.1f}x with AVX2 alone)"
         if r["backend"] + AVX2_SUFFIX in by_name else "")
         for r in tvm if resolve(r["format"]).family == "liftquant" and r["backend"].endswith(" layer")]
-    text = f"Bytes read per second as a share of {reference}'s {ref:.1f} GB/s: " + ", ".join(shares) + "."
+    text = (f"Bytes read per second as a share of {reference}'s {ref:.1f} GB/s: "
+            + ", ".join(block_format_shares(rows, ref)) + ".")
     if layers:
         text += f" The LiftQuant layer (rotation and GEMV) against {reference}'s time: " + ", ".join(layers) + "."
     return text
+
+
+def gemv_roof(in_cache: list[dict], rows: list[dict], meta: dict) -> str:
+    """The decode roof: the block formats' byte rates on the weight the L2 caches hold, as shares of the
+    reference's rate on the large weight, beside the reference's own rate in cache."""
+    reference = meta["reference"]
+    ref = next(r for r in rows if r["backend"] == reference)["GB/s"]
+    ref_in_cache = next(r for r in in_cache if r["backend"] == reference)["GB/s"]
+    size = meta["cache_size"]
+    return (f"The decode roof, the same kernels on a {size}x{size} weight whose codes the L2 caches hold (same run, "
+            f"rounds of their own), as a share of {reference}'s {ref:.1f} GB/s on the {meta['n']}x{meta['k']} "
+            f"weight: " + ", ".join(block_format_shares(in_cache, ref))
+            + f". {reference} itself reads {ref_in_cache:.1f} GB/s on the {size}x{size} weight.")
 
 
 def render_mx_training() -> str:

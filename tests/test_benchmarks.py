@@ -21,7 +21,7 @@ TINY = {
     "bench_codecs.py": ["--log2n", "13", "--repeats", "1", "--skip-memory", "--isas", "native"],
     "bench_fl_engine.py": ["--lm-rounds", "1", "--lm-inner-steps", "2", "--clients", "4", "--rounds", "2"],
     "bench_gemv.py": ["--n", "256", "--k", "256", "--rounds", "7", "--sample-ms", "1", "--skip-model",
-                      "--liftquant", "16to8"],
+                      "--liftquant", "16to8", "--cache-size", "64"],
     "bench_meanflow_policy.py": ["--tasks", "reach-v3", "--seeds", "0", "1", "--nfes", "1", "2", "--jobs", "1",
                                  "--memory-methods", "meanflow", "omp", "--memory-batch", "8",
                                  "--memory-steps", "1", "--rounds", "1", "--threads", "1", "--formats", "mxint8",
