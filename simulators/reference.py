@@ -67,6 +67,8 @@ def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
 
 def unpack_codes(packed: np.ndarray, bits: int) -> np.ndarray:
     """Inverse of :func:`pack_codes`."""
+    if bits == 8:  # a code per byte
+        return np.array(packed, dtype=np.uint8)
     per, nbytes = code_group(bits)
     b = packed.astype(np.uint64).reshape(*packed.shape[:-1], -1, nbytes)
     word = np.bitwise_or.reduce([b[..., j] << np.uint64(8 * j) for j in range(nbytes)])
