@@ -237,7 +237,8 @@ def row_tiles_apply(fmt_name: str, n: int, k: int, device: str, target) -> bool:
     """Whether a batch-1 ``n x k`` layer in ``fmt_name`` takes ``row_tile_gemv`` on ``target``: a block
     format whose codes fill 32-bit words, on an x86 CPU with AVX2 or AVX-512."""
     row = wf.resolve(fmt_name)
-    return device == "cpu" and row.family == "block" and vector_isa(target) is not None and row_tiles_fit(row.block, n, k)
+    isa = vector_isa(target)
+    return device == "cpu" and row.family == "block" and isa is not None and row_tiles_fit(row.block, n, k, isa)
 
 
 def row_tile_function(fmt_name: str, weight_rows: np.ndarray, target):
@@ -245,8 +246,8 @@ def row_tile_function(fmt_name: str, weight_rows: np.ndarray, target):
     as rows of input channels, for the vector units of ``target`` (see :func:`row_tiles_apply`)."""
     (codes, scales), tensor_scale, fields = weight_constants(fmt_name, weight_rows, PACKED)
     fmt = block_format(fmt_name)
-    func = row_tile_kernel(fmt, *weight_rows.shape, vector_isa(target), tensor_scale)
-    return func, tile_rows(codes, scales, fmt), tensor_scale, fields
+    isa = vector_isa(target)
+    return row_tile_kernel(fmt, *weight_rows.shape, isa, tensor_scale), tile_rows(codes, scales, fmt, isa), tensor_scale, fields
 
 
 def dense_function(fmt_name: str, layout: str | None, m: int | None, n: int, k: int, tensor_scale: float | None):

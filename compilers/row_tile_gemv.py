@@ -1,7 +1,9 @@
 """Batch-1 CPU GEMV over row tiles: a vector lane per weight row, codes decoded from 32-bit words or bytes.
 
 The ``row_tiles`` layout (:func:`tile_rows`) keeps the codecs' bytes but reorders them:
-rows in tiles of :data:`ROW_TILE`, and within a tile *unit* ``w`` of every row contiguous.
+rows in tiles of the rows one task sums (:func:`tile_height`: 64 with AVX-512, 32 with AVX2, so
+that a task streams whole cache lines of its tile alone), and within a tile *unit* ``w`` of
+every row contiguous.
 A unit is a 32-bit word of a row's packed codes (lowest bits first, exactly as the codecs
 pack them), or for 8-bit integer codes one code, which a sign-extending load (``vpmovsxbd``)
 makes its lane's int32 with no shift (float codes gain nothing from bytes: their decodes
@@ -58,7 +60,6 @@ from edgekit.simulators.reference import unpack_codes
 from .kernel_schedules import VECTOR_LANES
 from .tir_decode import element_value, element_value_top, i32, scale_value, u32
 
-ROW_TILE = 64  # rows per tile: a multiple of every ISA's lanes * VECTORS
 VECTORS = 4  # vectors of rows summed together: 4 accumulators, 4 block sums and 4 words in registers
 WORD_BITS = 32
 BYTE_BITS = 8
@@ -83,10 +84,17 @@ def codes_per_group(fmt: BlockFormat) -> int:
     return group_units(fmt) * unit_bits(fmt) // fmt.element.bits
 
 
-def applies(fmt: BlockFormat, n: int, k: int) -> bool:
+def tile_height(isa: str) -> int:
+    """Rows in a tile of the layout for ``isa``: the rows one task sums, its lanes times :data:`VECTORS`."""
+    if isa not in VECTOR_LANES:
+        raise ValueError(f"isa must be one of {', '.join(VECTOR_LANES)}, got {isa!r}")
+    return VECTOR_LANES[isa] * VECTORS
+
+
+def applies(fmt: BlockFormat, n: int, k: int, isa: str) -> bool:
     """Whether an ``n x k`` weight in ``fmt`` can take the row-tile GEMV: blocks of whole word
     groups, no partial block, and whole tiles of rows."""
-    return fmt.block_size % codes_per_group(fmt) == 0 and k % fmt.block_size == 0 and n % ROW_TILE == 0
+    return fmt.block_size % codes_per_group(fmt) == 0 and k % fmt.block_size == 0 and n % tile_height(isa) == 0
 
 
 def scale_nan_code(fmt: BlockFormat) -> int | None:
@@ -112,19 +120,20 @@ def nan_into_scales(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat) -> 
     return np.where(nan_code.any(axis=-1), np.uint8(nan_scale), scales)
 
 
-def tile_rows(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat) -> tuple[np.ndarray, np.ndarray]:
+def tile_rows(codes: np.ndarray, scales: np.ndarray, fmt: BlockFormat, isa: str) -> tuple[np.ndarray, np.ndarray]:
     """The codecs' (n, bytes) codes and (n, blocks) scales in the ``row_tiles`` layout:
-    codes (n / ROW_TILE, units, ROW_TILE) (uint32 little-endian words, or uint8 codes, see :func:`unit_bits`) and
-    scales (n / ROW_TILE, blocks, ROW_TILE),
+    codes (n / rows, units, rows) (uint32 little-endian words, or uint8 codes, see :func:`unit_bits`) and
+    scales (n / rows, blocks, rows), ``rows`` the :func:`tile_height` of ``isa``,
     a block with a NaN code taking the scale's NaN code (:func:`nan_into_scales`)."""
     codes = np.ascontiguousarray(codes, dtype=np.uint8)
     n = codes.shape[0]
     unit_bytes = unit_bits(fmt) // 8
-    if n % ROW_TILE or codes.shape[1] % unit_bytes:
-        raise ValueError(f"{LAYOUT} needs a multiple of {ROW_TILE} rows of whole {unit_bits(fmt)}-bit units of "
+    rows = tile_height(isa)
+    if n % rows or codes.shape[1] % unit_bytes:
+        raise ValueError(f"{LAYOUT} needs a multiple of {rows} rows of whole {unit_bits(fmt)}-bit units of "
                          f"{fmt.name} codes; got {n} rows of {codes.shape[1]} bytes")
-    units = codes.view(f"<u{unit_bytes}").reshape(n // ROW_TILE, ROW_TILE, -1)
-    tiled_scales = nan_into_scales(codes, scales, fmt).reshape(n // ROW_TILE, ROW_TILE, -1)
+    units = codes.view(f"<u{unit_bytes}").reshape(n // rows, rows, -1)
+    tiled_scales = nan_into_scales(codes, scales, fmt).reshape(n // rows, rows, -1)
     return (np.ascontiguousarray(units.transpose(0, 2, 1)).astype(f"u{unit_bytes}", copy=False),
             np.ascontiguousarray(tiled_scales.transpose(0, 2, 1)))
 
@@ -313,8 +322,7 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
     def lane_slice(v):
         return tirx.Ramp(v * lanes, 1, lanes)
 
-    with IRBuilder() as ib, T.parallel(0, n_tiles * (ROW_TILE // rows)) as task:
-        tile, first = task // (ROW_TILE // rows), (task % (ROW_TILE // rows)) * rows
+    with IRBuilder() as ib, T.parallel(0, n_tiles) as tile:
         acc = T.alloc_buffer((rows,), "float32", scope="local")
         block_sum = T.alloc_buffer((rows,), "float32", scope="local")
         for v in range(VECTORS):
@@ -325,35 +333,34 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
             for g_in_block in range(block_groups):
                 g = b * block_groups + g_in_block
                 for v in range(VECTORS):
-                    words = [decoder.widen(codes.vload([tile, g * group + t, first + v * lanes], unit))
+                    words = [decoder.widen(codes.vload([tile, g * group + t, v * lanes], unit))
                              for t in range(group)]
                     for j, value in enumerate(decoder.values(words)):
                         xj = tirx.Broadcast(x[0, g * per + j], lanes)
                         T.buffer_store(block_sum, block_sum.vload([v * lanes], f32) + value * xj, [lane_slice(v)])
             for v in range(VECTORS):
-                scale = scale_value(fmt.scale, scales.vload([tile, b, first + v * lanes], f"uint8x{lanes}"))
+                scale = scale_value(fmt.scale, scales.vload([tile, b, v * lanes], f"uint8x{lanes}"))
                 T.buffer_store(acc, acc.vload([v * lanes], f32) + block_sum.vload([v * lanes], f32) * scale,
                                [lane_slice(v)])
         for v in range(VECTORS):
             out = acc.vload([v * lanes], f32)
             if post != 1.0:
                 out = out * tirx.Broadcast(tirx.const(post, "float32"), lanes)
-            T.buffer_store(y, out, [0, tirx.Ramp(tile * ROW_TILE + first + v * lanes, 1, lanes)])
+            T.buffer_store(y, out, [0, tirx.Ramp(tile * rows + v * lanes, 1, lanes)])
     return ib.get()
 
 
 def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float | None = None):
     """``y (1, n) = x (1, k) @ W^T`` from ``row_tiles`` codes and scales, scheduled for ``isa``
     (``"avx512"`` or ``"avx2"``, see ``kernel_schedules.vector_isa``)."""
-    if isa not in VECTOR_LANES:
-        raise ValueError(f"isa must be one of {', '.join(VECTOR_LANES)}, got {isa!r}")
-    if not applies(fmt, n, k):
-        raise ValueError(f"the row-tile GEMV takes {fmt.name} weights with a multiple of {ROW_TILE} rows and of "
+    if not applies(fmt, n, k, isa):
+        raise ValueError(f"the row-tile GEMV takes {fmt.name} weights with a multiple of {tile_height(isa)} rows and of "
                          f"{fmt.block_size} inputs; got {n} x {k}")
     units = k // codes_per_group(fmt) * group_units(fmt)
     x = te.placeholder((1, k), "float32", name="x")
-    codes = te.placeholder((n // ROW_TILE, units, ROW_TILE), f"uint{unit_bits(fmt)}", name="codes")
-    scales = te.placeholder((n // ROW_TILE, math.ceil(k / fmt.block_size), ROW_TILE), "uint8", name="scales")
+    rows = tile_height(isa)
+    codes = te.placeholder((n // rows, units, rows), f"uint{unit_bits(fmt)}", name="codes")
+    scales = te.placeholder((n // rows, math.ceil(k / fmt.block_size), rows), "uint8", name="scales")
     y = te.extern((1, n), [x, codes, scales],
                   lambda ins, outs: _gemv_body(*ins, *outs, fmt, isa, tensor_scale), name="gemv", dtype="float32")
     return te.create_prim_func([x, codes, scales, y]).with_attr("tirx.is_scheduled", True)

@@ -25,7 +25,8 @@ HOST = tvm_target("host")
 HOST_ISA = vector_isa(HOST)
 ISAS = [isa for isa in ("avx2", "avx512") if HOST_ISA == "avx512" or HOST_ISA == isa]
 ISA_TARGETS = {"avx512": {"kind": "llvm", "mcpu": "skylake-avx512"}, "avx2": {"kind": "llvm", "mcpu": "haswell"}}
-TILED = [name for name, fmt in FORMATS.items() if rt.applies(fmt, rt.ROW_TILE, fmt.block_size)]
+TILED = [name for name, fmt in FORMATS.items() if rt.applies(fmt, rt.tile_height("avx512"), fmt.block_size, "avx512")]
+ROWS = rt.tile_height("avx512")  # a whole number of tiles on each ISA
 needs_x86 = pytest.mark.skipif(not ISAS, reason="the row-tile GEMV needs an x86 CPU with AVX2 and FMA")
 
 
@@ -33,7 +34,7 @@ def gemv(q: QuantizedTensor, x: np.ndarray, isa: str) -> np.ndarray:
     n, k = q.shape
     lib = tvm.compile(tvm.IRModule({"main": rt.gemv_kernel(q.format, n, k, isa, q.tensor_scale)}),
                       target=tvm.target.Target(ISA_TARGETS[isa]))
-    args = [tvm.runtime.tensor(a) for a in (x, *rt.tile_rows(q.codes, q.scales, q.format), np.zeros((1, n), np.float32))]
+    args = [tvm.runtime.tensor(a) for a in (x, *rt.tile_rows(q.codes, q.scales, q.format, isa), np.zeros((1, n), np.float32))]
     lib["main"](*args)
     return args[-1].numpy()
 
@@ -65,10 +66,10 @@ def test_every_code_byte(name, isa):
     """Random codes (every code; NaN and Inf codes in the second half of the rows only) and finite scales."""
     fmt = FORMATS[name]
     rng = np.random.default_rng(1)
-    template = quantize(np.ones((rt.ROW_TILE, 4 * fmt.block_size), np.float32), fmt, axis=-1)
+    template = quantize(np.ones((ROWS, 4 * fmt.block_size), np.float32), fmt, axis=-1)
     elements = rng.integers(0, 1 << fmt.element.bits, template.shape)
     special = ~np.isfinite(fmt.element.values[elements])
-    special[rt.ROW_TILE // 2:] = False
+    special[ROWS // 2:] = False
     elements[special] = 0
     codes = pack_codes(elements.astype(np.uint8), fmt.element.bits)
     finite = [s for s in range(256) if np.isfinite(fmt.scale.values[s]) and 2.0**-8 <= fmt.scale.values[s] <= 2.0**8]
@@ -81,7 +82,7 @@ def test_every_code_byte(name, isa):
     assert np.array_equal(np.isnan(actual), np.isnan(expected))
     infinite = np.isinf(expected)
     assert np.array_equal(actual[infinite], expected[infinite])
-    assert np.isfinite(expected[0, :rt.ROW_TILE // 2]).all()
+    assert np.isfinite(expected[0, :ROWS // 2]).all()
     assert_float32_close(actual[np.isfinite(expected)], expected[np.isfinite(expected)])
 
 
@@ -106,15 +107,17 @@ def test_top_of_word_decode_is_the_table(name, nan_codes):
     assert np.array_equal(result.numpy().view(np.uint32)[~nan], expected.view(np.uint32)[~nan])
 
 
-def test_blocks_with_nan_codes_take_the_scales_nan():
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_blocks_with_nan_codes_take_the_scales_nan(isa):
     """tile_rows gives a block holding a NaN code the scale's NaN code, and leaves every other scale and
-    every code as the codec wrote them; formats without NaN codes keep their scales."""
+    every code as the codec wrote them, in tiles of the ISA's height; formats without NaN codes keep their scales."""
     fmt = FORMATS["mxfp8_e4m3"]
-    q = quantize(np.random.default_rng(3).standard_normal((rt.ROW_TILE, 4 * fmt.block_size)).astype(np.float32),
+    q = quantize(np.random.default_rng(3).standard_normal((ROWS, 4 * fmt.block_size)).astype(np.float32),
                  fmt, axis=-1)
     codes = q.codes.copy()
     codes[5, fmt.block_size + 7] = 0xFF  # E4M3's negative NaN, in block 1 of row 5
-    tiled_codes, tiled_scales = rt.tile_rows(codes, q.scales, fmt)
+    tiled_codes, tiled_scales = rt.tile_rows(codes, q.scales, fmt, isa)
+    assert tiled_codes.shape == (ROWS // rt.tile_height(isa), 4 * fmt.block_size // 4, rt.tile_height(isa))
     assert rt.scale_nan_code(fmt) == 255
     expected = q.scales.copy()
     expected[5, 1] = 255
@@ -145,10 +148,12 @@ def test_bad_shapes_and_isa_are_named():
     fmt = FORMATS["mxfp4"]
     with pytest.raises(ValueError, match="isa must be one of avx512, avx2"):
         rt.gemv_kernel(fmt, 64, 64, "neon")
-    with pytest.raises(ValueError, match="multiple of 64 rows"):
+    with pytest.raises(ValueError, match="multiple of 32 rows"):
         rt.gemv_kernel(fmt, 48, 64, "avx2")
     with pytest.raises(ValueError, match="row_tiles needs a multiple of 64 rows"):
-        rt.tile_rows(np.zeros((48, 16), np.uint8), np.zeros((48, 1), np.uint8), fmt)
+        rt.tile_rows(np.zeros((96, 16), np.uint8), np.zeros((96, 1), np.uint8), fmt, "avx512")
+    with pytest.raises(ValueError, match="isa must be one of avx512, avx2"):
+        rt.tile_rows(np.zeros((64, 16), np.uint8), np.zeros((64, 1), np.uint8), fmt, "sse2")
 
 
 def test_targets_without_the_vector_units_take_no_tiles():
