@@ -55,7 +55,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgekit.jobs.bench import calibrate, configure_tvm_threads, python_timer, settle
+from edgekit.jobs.bench import configure_tvm_threads, python_timer, time_interleaved
 
 FORMATS = ("mxfp4", "mxint4", "nvfp4", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3")
 MAX_REL_ERR = 1e-5
@@ -375,15 +375,14 @@ def model_cases(threads: int, tmp: Path, seed: int) -> list[Case]:
 
 
 def run_rounds(cases: list[Case], rounds: int, sample_s: float, label: str) -> None:
-    for case in cases:
-        case.number = calibrate(case, sample_s)
-    for r in range(rounds):
-        for i in range(len(cases)):
-            case = cases[(r + i) % len(cases)]
-            settle()  # the previous case's spinning worker threads
-            case.mean_time(1)  # warm the caches after the previous case
-            case.samples.append(case.mean_time(case.number))
-        print(f"{label}: round {r + 1}/{rounds}", flush=True)
+    """``jobs.bench.time_interleaved`` over ``cases``, a line printed after each round."""
+
+    def printed(order, total):
+        for r in order:
+            yield r
+            print(f"{label}: round {r + 1}/{total}", flush=True)
+
+    time_interleaved(cases, rounds, printed, sample_s)
 
 
 def rows_of(cases: list[Case], with_bandwidth: bool) -> list[dict]:

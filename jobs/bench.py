@@ -153,7 +153,8 @@ def time_interleaved(backends: list, rounds: int, progress: Callable[[Iterable, 
                      min_sample_s: float = MIN_SAMPLE_S) -> None:
     """Append ``rounds`` samples to each backend's ``samples`` (seconds per call): one sample per
     backend per round, in an order that rotates from round to round, each taken after the previous
-    backend's spinning workers went idle and after one warm-up call."""
+    backend's spinning workers went idle and after one warm-up call. A backend is anything with
+    ``mean_time``, ``number`` and ``samples`` as :class:`Backend` has them."""
     for b in backends:
         b.number = calibrate(b, min_sample_s)
     order = range(rounds)
@@ -161,7 +162,7 @@ def time_interleaved(backends: list, rounds: int, progress: Callable[[Iterable, 
         for k in range(len(backends)):
             b = backends[(r + k) % len(backends)]  # rotate who goes first
             settle()  # the previous backend's spinning workers
-            b.call()  # warm the caches after the previous backend
+            b.mean_time(1)  # warm the caches after the previous backend
             b.samples.append(b.mean_time(b.number))
 
 
