@@ -120,18 +120,15 @@ def matmul_onnx(path: Path, w: np.ndarray) -> None:
     onnx.save(model, str(path))
 
 
-def float_baseline_cases(w: np.ndarray, x: np.ndarray, threads: int, tmp: Path) -> list[Case]:
-    """``x @ w.T`` in float32: onnxruntime's MatMul (each variant of ``ort_variants``) and torch eager."""
-    import torch
-
+def onnxruntime_cases(w: np.ndarray, x: np.ndarray, variants: list[tuple[str, str, int]], tmp: Path) -> list[Case]:
+    """``x @ w.T`` in float32 by onnxruntime's MatMul, one case per (name, level, threads) of ``variants``."""
     from edgekit.compilers.onnx_export import onnx_session
 
     ref_fp32 = x.astype(np.float64) @ w.astype(np.float64).T
-    float_bytes = w.nbytes + x.nbytes
-    cases = []
-    path = tmp / "gemv.onnx"
+    path = tmp / f"gemv_{w.shape[0]}x{w.shape[1]}.onnx"
     matmul_onnx(path, w)
-    for name, level, ort_threads in ort_variants(threads):
+    cases = []
+    for name, level, ort_threads in variants:
         session = onnx_session(path, threads=ort_threads, level=level)
         feeds = {"x": x}
         y = session.run(None, feeds)[0]
@@ -139,8 +136,14 @@ def float_baseline_cases(w: np.ndarray, x: np.ndarray, threads: int, tmp: Path) 
         def call(session=session, feeds=feeds):
             return session.run(None, feeds)
 
-        cases.append(Case(name, "fp32", 32.0, float_bytes, python_timer(call),
+        cases.append(Case(name, "fp32", 32.0, w.nbytes + x.nbytes, python_timer(call),
                           f"perf_counter, ORT {level}, {ort_threads} intra-op threads", relative_error(y, ref_fp32)))
+    return cases
+
+
+def float_baseline_cases(w: np.ndarray, x: np.ndarray, threads: int, tmp: Path) -> list[Case]:
+    """``x @ w.T`` in float32: onnxruntime's MatMul (each variant of ``ort_variants``) and torch eager."""
+    import torch
 
     xt, wt = torch.from_numpy(x), torch.from_numpy(w)
 
@@ -148,9 +151,10 @@ def float_baseline_cases(w: np.ndarray, x: np.ndarray, threads: int, tmp: Path) 
         with torch.inference_mode():
             return torch.nn.functional.linear(xt, wt)
 
-    cases.append(Case("torch eager fp32", "fp32", 32.0, float_bytes, python_timer(torch_call),
-                      "perf_counter, F.linear", relative_error(torch_call().numpy(), ref_fp32)))
-    return cases
+    ref_fp32 = x.astype(np.float64) @ w.astype(np.float64).T
+    return onnxruntime_cases(w, x, ort_variants(threads), tmp) + [
+        Case("torch eager fp32", "fp32", 32.0, w.nbytes + x.nbytes, python_timer(torch_call),
+             "perf_counter, F.linear", relative_error(torch_call().numpy(), ref_fp32))]
 
 
 def random_layer(n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -183,7 +187,7 @@ def in_cache_cases(size: int, threads: int, tmp: Path, seed: int) -> list[Case]:
     """The reference onnxruntime fp32 GEMV and every block format's TVM GEMV, for each of :func:`cpu_targets`,
     on a ``size x size`` weight (the decode roof: its codes fit the cores' L2 caches)."""
     w, x = random_layer(size, size, seed)
-    reference = [c for c in float_baseline_cases(w, x, threads, tmp) if c.name == REFERENCE]
+    reference = onnxruntime_cases(w, x, [v for v in ort_variants(threads) if v[0] == REFERENCE], tmp)
     return reference + [tvm_gemv_case(fmt, w, x, target, suffix)
                         for suffix, target in cpu_targets().items() for fmt in FORMATS]
 
