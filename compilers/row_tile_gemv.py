@@ -176,6 +176,7 @@ class _Decoder:
         self.bits = fmt.element.bits
         self.f32 = f"float32x{self.lanes}"
         self.table_shift = 0
+        self.nan_codes = scale_nan_code(fmt) is None  # whether the decode tests for NaN codes, else the scales carry them
         if self.bits == 4 and isa == "avx512":
             self.mode = "permute"
         elif isa == "avx512" and fmt.element.kind == "float" and self.bits - 1 <= PAIR_TABLE_BITS:
@@ -251,8 +252,7 @@ class _Decoder:
         tops = [tirx.reinterpret(f"int32x{lanes}", self._top(words, j)) for j in range(per)]
         if self.mode == "int":
             return [tirx.Cast(self.f32, top >> i32(WORD_BITS - self.bits, lanes)) for top in tops]
-        nan_codes = scale_nan_code(self.fmt) is None  # else the scales carry them
-        return [element_value_top(self.fmt.element, top, nan_codes) for top in tops]
+        return [element_value_top(self.fmt.element, top, self.nan_codes) for top in tops]
 
     def _magnitude_lookup(self, top):
         """A float code's value from the top bits of ``top``: its magnitude looked up in a 32-entry
@@ -315,7 +315,7 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
     block_groups = fmt.block_size // per
     n_tiles, _, _ = (int(v) for v in codes.shape)
     n_blocks = int(scales.shape[1])
-    rows = lanes * VECTORS
+    rows = tile_height(isa)
     zero = tirx.Broadcast(tirx.const(0.0, "float32"), lanes)
     post = 2.0**-decoder.table_shift * (1.0 if tensor_scale is None else tensor_scale)
 
