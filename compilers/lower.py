@@ -29,6 +29,9 @@ from .decode_kernels import conv2d_kernel, dense_kernel, reduction_block
 from .importer import ImportedModel
 from .kernel_schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, add_kernel, dense_lanes, vector_isa
 from .liftquant_kernels import emit_layer
+from .mx_dot_gemv import ACTIVATION as MX_DOT_INPUT
+from .mx_dot_gemv import applies as mx_dot_fits
+from .mx_dot_gemv import gemv_kernel as mx_dot_kernel
 from .plan import block_format, check_plan, is_liftquant
 from .row_tile_gemv import LAYOUT as ROW_TILES
 from .row_tile_gemv import applies as row_tiles_fit
@@ -36,6 +39,7 @@ from .row_tile_gemv import gemv_kernel as row_tile_kernel
 from .row_tile_gemv import tile_rows
 
 DEVICES = ("cpu", "cuda")
+ACTIVATIONS = ("float32", MX_DOT_INPUT)  # a layer's input: as the model gives it, or quantized (mx_dot_gemv)
 
 
 @dataclass
@@ -51,6 +55,7 @@ class LayerRecord:
     scales_bytes: int
     tensor_scale_bytes: int
     weight_bits: float  # stored bits per weight, scales included
+    activations: str = "float32"  # the input the kernel multiplies: see ACTIVATIONS
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -107,8 +112,9 @@ def _static(dim) -> int | None:
 @relax.expr_functor.mutator
 class _LowerWeights(relax.PyExprMutator):
     def __init__(self, mod, weights: dict[str, tuple[str, np.ndarray]], plan: dict[str, str], device: str,
-                 encoded: dict | None = None, target=None):
+                 encoded: dict | None = None, target=None, activations: str = "float32"):
         super().__init__(mod)
+        self.activations = activations
         self.weights = weights  # weight variable name -> (layer, value)
         self.plan_formats = plan
         self.device = device
@@ -173,7 +179,8 @@ class _LowerWeights(relax.PyExprMutator):
             return y if len(x_shape) == 2 else relax.op.reshape(self.builder_.emit(y), (*x_shape[:-1], n))
         if _static(m) == 1 and row_tiles_apply(self.plan_formats[layer], n, k, self.device, self.target):
             func, consts, ts = self._row_tile_constants(layer, rows, value.shape)
-            gv = add_kernel(self.builder_, func, _kernel_name("gemv_tiles", self.plan_formats[layer], (1, n, k), layer, ts))
+            op_name = "gemv_tiles" if self.records[layer].activations == "float32" else "gemv_mx_dot"
+            gv = add_kernel(self.builder_, func, _kernel_name(op_name, self.plan_formats[layer], (1, n, k), layer, ts))
         else:
             fmt_name, layout, consts, ts = self._kernel_constants(layer, rows, op, value.shape)
             gv = add_kernel(self.builder_, dense_function(fmt_name, layout, _static(m), n, k, ts),
@@ -184,10 +191,12 @@ class _LowerWeights(relax.PyExprMutator):
         return relax.op.reshape(self.builder_.emit(y), (*x_shape[:-1], n))
 
     def _row_tile_constants(self, layer, rows, shape):
-        """The batch-1 GEMV of ``row_tile_gemv`` for this CPU target: its kernel, constants and tensor scale."""
+        """The batch-1 GEMV of ``row_tile_gemv`` for this CPU target (``mx_dot_gemv`` where the input is to
+        be quantized and the weight fits it): its kernel, constants and tensor scale."""
         fmt_name = self.plan_formats[layer]
-        func, consts, tensor_scale, fields = row_tile_function(fmt_name, rows, self.target)
-        self.records[layer] = LayerRecord(fmt_name, "gemv", list(shape), ROW_TILES, **fields)
+        activations = self.activations if mx_dot_applies(fmt_name, *rows.shape, self.device, self.target) else "float32"
+        func, consts, tensor_scale, fields = row_tile_function(fmt_name, rows, self.target, activations)
+        self.records[layer] = LayerRecord(fmt_name, "gemv", list(shape), ROW_TILES, **fields, activations=activations)
         return func, [relax.const(c) for c in consts], tensor_scale
 
     def _liftquant_dense(self, layer, x2, rows, op, shape):
@@ -241,13 +250,27 @@ def row_tiles_apply(fmt_name: str, n: int, k: int, device: str, target) -> bool:
     return device == "cpu" and row.family == "block" and isa is not None and row_tiles_fit(row.block, n, k, isa)
 
 
-def row_tile_function(fmt_name: str, weight_rows: np.ndarray, target):
+def mx_dot_applies(fmt_name: str, n: int, k: int, device: str, target) -> bool:
+    """Whether a batch-1 ``n x k`` layer in ``fmt_name`` can take ``mx_dot_gemv`` (its input quantized
+    to MXINT8) on ``target``: a row-tile GEMV of 4-bit codes with a byte table."""
+    return row_tiles_apply(fmt_name, n, k, device, target) and mx_dot_fits(block_format(fmt_name), n, k, vector_isa(target))
+
+
+def row_tile_function(fmt_name: str, weight_rows: np.ndarray, target, activations: str = "float32"):
     """(kernel, constants, tensor scale, record fields) of the batch-1 ``row_tile_gemv`` of a weight given
-    as rows of input channels, for the vector units of ``target`` (see :func:`row_tiles_apply`)."""
+    as rows of input channels, for the vector units of ``target`` (see :func:`row_tiles_apply`); with
+    ``activations="mxint8"``, ``mx_dot_gemv`` over the same constants (see :func:`mx_dot_applies`)."""
     (codes, scales), tensor_scale, fields = weight_constants(fmt_name, weight_rows, PACKED)
     fmt = block_format(fmt_name)
     isa = vector_isa(target)
-    return row_tile_kernel(fmt, *weight_rows.shape, isa, tensor_scale), tile_rows(codes, scales, fmt, isa), tensor_scale, fields
+    kernel = mx_dot_kernel if check_activations(activations) == MX_DOT_INPUT else row_tile_kernel
+    return kernel(fmt, *weight_rows.shape, isa, tensor_scale), tile_rows(codes, scales, fmt, isa), tensor_scale, fields
+
+
+def check_activations(activations: str) -> str:
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}, got {activations!r}")
+    return activations
 
 
 def dense_function(fmt_name: str, layout: str | None, m: int | None, n: int, k: int, tensor_scale: float | None):
@@ -273,22 +296,25 @@ def _kernel_name(op: str, fmt_name: str, shape, layer: str, tensor_scale: float 
 
 
 def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu", encoded: dict | None = None,
-          target=None) -> LoweredModel:
+          target=None, activations: str = "float32") -> LoweredModel:
     """Swap every planned weight for packed codes + a fused decode kernel; bind the rest.
 
     ``encoded`` gives LiftQuant layers their codes (layer -> ``LiftQuantTensor``, e.g.
     ``edgekit quantize --codes``); other LiftQuant layers are encoded here. ``target`` (the build's
     TVM target) schedules CUDA LiftQuant GEMVs for its arch and picks batch-1 CPU GEMVs for its vector
-    units (``row_tile_gemv``).
+    units (``row_tile_gemv``). ``activations="mxint8"`` quantizes the input of each of those GEMVs that
+    ``mx_dot_gemv`` takes (:func:`mx_dot_applies`) to MXINT8 in the kernel, as an MX matrix unit does;
+    its layer record says so, and the other layers keep their float input.
     """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
+    check_activations(activations)
     plan = check_plan(imported.layers, plan)
     unplanned = sorted(set(encoded or {}) - {layer for layer, fmt in plan.items() if is_liftquant(fmt)})
     if unplanned:
         raise ValueError(f"codes are given for layers {', '.join(unplanned)} that the plan does not code in LiftQuant")
     weights = {imported.layers[layer]: (layer, imported.params[imported.layers[layer]]) for layer in plan}
-    mutator = _LowerWeights(imported.mod, weights, plan, device, encoded, target)
+    mutator = _LowerWeights(imported.mod, weights, plan, device, encoded, target, activations)
     main = mutator.visit_expr(imported.mod["main"])
     mutator.builder_.update_func(mutator.builder_.get().get_global_var("main"), main)
     mod = mutator.builder_.get()

@@ -38,12 +38,12 @@ CUDA_SOURCE = "kernels.cu"
 CUDA_BINARY = "kernels.fatbin"
 
 
-def compile_for_cpu(imported: ImportedModel, plan: dict[str, str], target=None):
+def compile_for_cpu(imported: ImportedModel, plan: dict[str, str], target=None, activations: str = "float32"):
     """lower -> schedule -> build for this CPU, in memory: the chain the tests and benchmarks run."""
     import tvm
 
     target = target or tvm.target.Target({"kind": "llvm"})
-    lowered = lower(imported, plan, "cpu", target=target)
+    lowered = lower(imported, plan, "cpu", target=target, activations=activations)
     return build(schedule(lowered.mod, "cpu", target), target), lowered
 
 
@@ -69,6 +69,14 @@ def layer_totals(layers: dict) -> dict:
             "codebook_bytes": books, "weight_bits": 8.0 * stored / numel if numel else None}
 
 
+def check_activations_taken(layers: dict, activations: str, target_name: str) -> None:
+    """A clear error where ``activations`` was asked for and no lowered layer could take it."""
+    if not any(r.activations == activations for r in layers.values()):
+        raise ValueError(f"--activations {activations}: no layer of this build can quantize its input on "
+                         f"{target_name}; it applies to batch-1 Linear layers in mxfp4, mxint4 or nvfp4 "
+                         "on x86 CPUs with AVX2 (compile with --max-batch 1)")
+
+
 def plan_summary(plan: dict[str, str]) -> str:
     """The one format of a uniform plan, else ``mixed``."""
     formats = set(plan.values())
@@ -77,7 +85,7 @@ def plan_summary(plan: dict[str, str]) -> str:
 
 def compile_imported(imported: ImportedModel, fmt: str, target, out_dir, *, overrides: dict[str, str] | None = None,
                      codes=None, label: str = "model", kind: str = "module", skipped: dict[str, str] | None = None,
-                     seed: int = 0, log: Callable[[str], None] = print) -> dict:
+                     seed: int = 0, activations: str = "float32", log: Callable[[str], None] = print) -> dict:
     """Plan, check, lower, schedule, build and export ``imported`` for ``target`` (a loaded target) into
     ``out_dir``; returns the manifest written there.
 
@@ -85,6 +93,8 @@ def compile_imported(imported: ImportedModel, fmt: str, target, out_dir, *, over
     --codes`` file; the layers it holds are built from its LiftQuant codes and scales as they are
     (calibrated, fine-tuned), not encoded again. ``label``, ``kind`` and ``skipped`` (weights the
     import left in float, and why) describe the model in messages and the manifest.
+    ``activations="mxint8"``: the batch-1 GEMVs that can quantize their input to MXINT8 in the kernel
+    do (``lower``); an error where no layer can.
     """
     from edgekit.targets import tvm_target
 
@@ -106,7 +116,11 @@ def compile_imported(imported: ImportedModel, fmt: str, target, out_dir, *, over
     device = target.device
     log(f"lowering {len(plan)} layers for {target.name} ({device}) ...")
     tvm_tgt = tvm_target(target)
-    lowered = lower(imported, plan, device, encoded, tvm_tgt)
+    lowered = lower(imported, plan, device, encoded, tvm_tgt, activations)
+    if activations != "float32":
+        check_activations_taken(lowered.layers, activations, target.name)
+        taken = sum(r.activations == activations for r in lowered.layers.values())
+        log(f"{taken} of {len(lowered.layers)} layers quantize their input to {activations}; the others take it as float32")
     log("building ...")
     try:
         executable = build(schedule(lowered.mod, device, tvm_tgt), tvm_tgt)
@@ -135,6 +149,7 @@ def compile_imported(imported: ImportedModel, fmt: str, target, out_dir, *, over
             "target": {"name": target.name, "tvm": str(tvm_tgt), "device": device, "arch": target.arch,
                        "cuda_arch": arch, "cross_compiler": cross},
             "format": plan_summary(plan),
+            "activations": activations,
             "codes": str(codes) if codes else None,
             "layers": {name: record.to_json() for name, record in lowered.layers.items()},
             "totals": layer_totals(lowered.layers),

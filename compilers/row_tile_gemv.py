@@ -168,6 +168,20 @@ def half_prefix(elem) -> bool:
     return bool(np.array_equal(nan, np.isnan(values)) and np.array_equal(halves[~nan], values[~nan]))
 
 
+def table_vector(elem, lanes: int, shift: int, bias: int = 0, first: int = 0):
+    """16 bytes (``elem``'s values * 2^shift + bias, codes ``first`` to ``first + 15``) in every 128-bit
+    lane of an int32 vector, byte ``i`` of lane ``q`` holding code ``first + (4q + i) mod 16``
+    (``vpshufb`` looks up per 128-bit lane). Built from the element's decode expression, so LLVM
+    folds it into a constant."""
+    quad = tirx.Ramp(tirx.const(0, "int32"), tirx.const(4, "int32"), lanes)
+    table = i32(0, lanes)
+    for i in range(4):
+        code = ((quad + i32(i, lanes)) & i32(TABLE_SIZE - 1, lanes)) + i32(first, lanes)
+        value = tirx.Cast(f"int32x{lanes}", element_value(elem, code) * tirx.Broadcast(tirx.const(2.0**shift, "float32"), lanes))
+        table = table | (((value + i32(bias, lanes)) & i32(0xFF, lanes)) << i32(8 * i, lanes))
+    return table
+
+
 class _Decoder:
     """The element values of one vector of words, for each code position in the word."""
 
@@ -189,12 +203,12 @@ class _Decoder:
         elif self.bits == 4 and isa == "avx2" and (table := int8_table(fmt.element.values)) is not None:
             self.mode = "int8"
             _, self.table_shift = table
-            self.table = self._int8_table_vector(self.table_shift)
+            self.table = table_vector(fmt.element, self.lanes, self.table_shift)
         elif (isa == "avx2" and fmt.element.kind == "float" and self.bits - 1 <= PAIR_TABLE_BITS
               and (table := int8_table(magnitudes(fmt.element))) is not None):
             self.mode = "int8_pair"
             _, self.table_shift = table
-            self.table_pair = [self._int8_table_vector(self.table_shift, first) for first in (0, TABLE_SIZE)]
+            self.table_pair = [table_vector(fmt.element, self.lanes, self.table_shift, first=first) for first in (0, TABLE_SIZE)]
         elif half_prefix(fmt.element):
             self.mode = "half"
         elif fmt.element.kind == "int":  # sign-extend and convert; 2^-frac_bits goes into the block scale
@@ -202,20 +216,6 @@ class _Decoder:
             self.table_shift = fmt.element.frac_bits
         else:
             self.mode = "arithmetic"
-
-    def _int8_table_vector(self, shift: int, first: int = 0):
-        """16 int8 values (decode table * 2^shift, codes ``first`` to ``first + 15``) in every 128-bit
-        lane of an int32 vector, byte ``i`` of lane ``q`` holding code ``first + (4q + i) mod 16``
-        (``vpshufb`` looks up per 128-bit lane). Built from the table's decode expression, so LLVM
-        folds it into a constant."""
-        lanes = self.lanes
-        quad = tirx.Ramp(tirx.const(0, "int32"), tirx.const(4, "int32"), lanes)
-        table = i32(0, lanes)
-        for i in range(4):
-            code = ((quad + i32(i, lanes)) & i32(TABLE_SIZE - 1, lanes)) + i32(first, lanes)
-            value = element_value(self.fmt.element, code) * tirx.Broadcast(tirx.const(2.0**shift, "float32"), lanes)
-            table = table | ((tirx.Cast(f"int32x{lanes}", value) & i32(0xFF, lanes)) << i32(8 * i, lanes))
-        return table
 
     def values(self, words: list) -> list:
         """float32 vectors of every code in a group of ``words`` (uint32 lanes), in element order."""

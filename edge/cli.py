@@ -423,7 +423,10 @@ def report(models, formats, targets, deploy_items, configs, rounds, studies, mod
 @click.option("--max-batch", type=click.IntRange(1), default=None,
               help="Build for any batch from 1 to this (1: exactly 1). Default: a model file's symbolic batch up "
                    "to 64, a zoo model's example batch.")
-def compile_(model, fmt, layers, codes, target, output, seed, input_shapes, max_batch):
+@click.option("--activations", type=click.Choice(["float32", "mxint8"]), default="float32", show_default=True,
+              help="mxint8: batch-1 Linear layers in mxfp4, mxint4 or nvfp4 on x86 CPUs quantize their input to "
+                   "MXINT8 in the kernel and sum in integers (the OCP MX dot product: faster, not x @ W.T).")
+def compile_(model, fmt, layers, codes, target, output, seed, input_shapes, max_batch, activations):
     """Compile MODEL (registered name, checkpoint, .onnx or torch.export .pt2) for a target: library, CUDA
     source, manifest.
 
@@ -435,9 +438,9 @@ def compile_(model, fmt, layers, codes, target, output, seed, input_shapes, max_
 
     fmt = fmt or (wf.REFERENCE if codes else "mxfp4")  # quantize leaves the layers it does not code in float
     manifest = run_job(compile_model, model, fmt, target, output, layers, seed=seed, codes=codes,
-                       input_shapes=input_shapes_from(input_shapes), max_batch=max_batch)
-    rows = [{"layer": name, **{k: r[k] for k in ("format", "op", "layout", "codes_bytes", "scales_bytes",
-                                                  "weight_bits")}} for name, r in manifest["layers"].items()]
+                       input_shapes=input_shapes_from(input_shapes), max_batch=max_batch, activations=activations)
+    rows = [{"layer": name, **{k: r[k] for k in ("format", "op", "layout", "activations", "codes_bytes",
+                                                  "scales_bytes", "weight_bits")}} for name, r in manifest["layers"].items()]
     click.echo(markdown_table(rows))
     totals = manifest["totals"]
     if totals["weights"]:

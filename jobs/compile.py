@@ -132,7 +132,7 @@ def load_model(model: str, seed: int = 0, log: Callable[[str], None] = print, in
 def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrides: list[str] = (),
                   seed: int = 0, log: Callable[[str], None] = print, codes=None,
                   loaded: tuple[ModelSource, ImportedModel] | None = None, input_shapes: dict | None = None,
-                  max_batch: int | None = None) -> dict:
+                  max_batch: int | None = None, activations: str = "float32") -> dict:
     """Compile ``model`` with every Linear/Conv weight in ``fmt`` for ``target_spec`` into ``out_dir``.
 
     ``codes``: an ``edgekit quantize --codes`` file (see :func:`.compilers.pipeline.compile_imported`).
@@ -147,7 +147,7 @@ def compile_model(model: str, fmt: str, target_spec: str, out_dir, layer_overrid
     overrides = parse_overrides(list(layer_overrides))
     source, imported = loaded or load_model(model, seed, log, input_shapes, max_batch)
     return compile_imported(imported, fmt, target, out_dir, overrides=overrides, codes=codes, label=source.label,
-                            kind=source.kind, skipped=source.skipped, seed=seed, log=log)
+                            kind=source.kind, skipped=source.skipped, seed=seed, activations=activations, log=log)
 
 
 def export_model(model: str, fmt: str, out_path, layer_overrides: list[str] = (), seed: int = 0,
