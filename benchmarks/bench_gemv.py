@@ -12,6 +12,9 @@ Part 1, one ``n x k`` Linear layer at batch 1 (``y = x @ W.T``):
     ``lower`` picks for a batch-1 layer on the target (``row_tile_gemv`` where the codes fill 32-bit
     words, else ``dense_kernel`` then ``schedule_dense_cpu``); each result is checked against NumPy
     ``x @ dequantize(quantize(W)).T`` (relative error < 1e-5) before anything is timed;
+  * for the formats it takes (MXFP4, MXINT4, NVFP4), the MX-dot GEMV (``compile --activations mxint8``,
+    ``mx_dot_gemv``): the input quantized to MXINT8 in the kernel, rows marked ``mx-dot``, checked bit
+    for bit against ``mx_matmul`` (their relative error is the input's rounding, against the float product);
   * PyTorch eager ``torch.nn.functional.linear``, fp32;
   * each LiftQuant configuration of ``--liftquant`` on the same weight (the pipeline's rotation,
     row scales and default search; the encode's time is recorded, ``--liftquant-codes`` keeps it
@@ -171,9 +174,8 @@ def gemv_cases(n: int, k: int, threads: int, tmp: Path, seed: int, liftquant: li
     w, x = random_layer(n, k, seed)
     cases = float_baseline_cases(w, x, threads, tmp)
 
-    for suffix, target in cpu_targets().items():
-        for fmt in ("fp32", *FORMATS):
-            cases.append(tvm_gemv_case(fmt, w, x, target, suffix))
+    cases += [tvm_gemv_case("fp32", w, x, target, suffix) for suffix, target in cpu_targets().items()]
+    cases += tvm_block_cases(w, x)
     encodes = []
     for fmt in liftquant:
         q, info = liftquant_encode(w, fmt, codes if len(liftquant) == 1 else None)
@@ -188,8 +190,7 @@ def in_cache_cases(size: int, threads: int, tmp: Path, seed: int) -> list[Case]:
     on a ``size x size`` weight (the decode roof: its codes fit the cores' L2 caches)."""
     w, x = random_layer(size, size, seed)
     reference = onnxruntime_cases(w, x, [v for v in ort_variants(threads) if v[0] == REFERENCE], tmp)
-    return reference + [tvm_gemv_case(fmt, w, x, target, suffix)
-                        for suffix, target in cpu_targets().items() for fmt in FORMATS]
+    return reference + tvm_block_cases(w, x)
 
 
 def cpu_targets() -> dict[str, object]:
@@ -208,9 +209,11 @@ def cpu_targets() -> dict[str, object]:
     return targets
 
 
-def tvm_gemv_case(fmt: str, w: np.ndarray, x: np.ndarray, target, suffix: str) -> Case:
+def tvm_gemv_case(fmt: str, w: np.ndarray, x: np.ndarray, target, suffix: str, activations: str = "float32") -> Case:
     """The batch-1 GEMV ``lower`` builds for ``fmt`` on ``target`` (the row-tile GEMV where it applies,
-    else the dense kernel), checked against NumPy on the dequantized weight."""
+    else the dense kernel), checked against NumPy on the dequantized weight; with ``activations="mxint8"``
+    the MX-dot GEMV (``lower``'s ``--activations mxint8``), checked bit for bit against ``mx_matmul``, its
+    error against the float product recorded."""
     import tvm
 
     from edgekit.compilers.kernel_schedules import schedule_cpu_kernel, vector_isa
@@ -221,10 +224,16 @@ def tvm_gemv_case(fmt: str, w: np.ndarray, x: np.ndarray, target, suffix: str) -
         row_tiles_apply,
         weight_constants,
     )
+    from edgekit.compilers.mx_dot_gemv import activation_format
     from edgekit.simulators import dequantize, quantize
+    from edgekit.simulators.mxdot import mx_matmul
 
     n, k = w.shape
-    if row_tiles_apply(fmt, n, k, "cpu", target):
+    name = f"tvm {fmt}{' mx-dot' if activations != 'float32' else ''}{suffix}"
+    if activations != "float32":
+        func, consts, _, fields = row_tile_function(fmt, w, target, activations)
+        kernel = f"MX dot, {vector_isa(target)}"
+    elif row_tiles_apply(fmt, n, k, "cpu", target):
         func, consts, _, fields = row_tile_function(fmt, w, target)
         kernel = f"row tiles, {vector_isa(target)}"
     else:
@@ -236,14 +245,28 @@ def tvm_gemv_case(fmt: str, w: np.ndarray, x: np.ndarray, target, suffix: str) -
     lib = tvm.compile(tvm.IRModule({"main": func}), target=target)
     args = [tvm.runtime.tensor(a) for a in (x, *consts, np.zeros((1, n), np.float32))]
     lib["main"](*args)
-    dense = w if fmt == "fp32" else dequantize(quantize(w, fmt, axis=-1))
+    q = None if fmt == "fp32" else quantize(w, fmt, axis=-1)
+    dense = w if q is None else dequantize(q)
     err = relative_error(args[-1].numpy(), x.astype(np.float64) @ dense.astype(np.float64).T)
-    if not err < MAX_REL_ERR:
-        raise AssertionError(f"TVM {fmt}{suffix} GEMV differs from x @ dequantize(W).T: relative error {err:.2e}")
-    print(f"built and checked tvm {fmt}{suffix} ({kernel}): relative error {err:.2e}", flush=True)
+    if activations != "float32":
+        if not np.array_equal(args[-1].numpy(), mx_matmul(quantize(x, activation_format(q.format)), q)):
+            raise AssertionError(f"{name} GEMV differs from mx_matmul of the MXINT8 input and the weight")
+    elif not err < MAX_REL_ERR:
+        raise AssertionError(f"{name} GEMV differs from x @ dequantize(W).T: relative error {err:.2e}")
+    print(f"built and checked {name} ({kernel}): relative error {err:.2e}", flush=True)
     read = x.nbytes + sum(c.nbytes for c in consts)
-    return Case(f"tvm {fmt}{suffix}", fmt, fields["weight_bits"], read, tvm_timer(lib.mod, "main", args),
+    return Case(name, fmt, fields["weight_bits"], read, tvm_timer(lib.mod, "main", args),
                 f"time_evaluator, {kernel}", err)
+
+
+def tvm_block_cases(w: np.ndarray, x: np.ndarray) -> list[Case]:
+    """Every block format's batch-1 GEMV on each of :func:`cpu_targets`, and the MX-dot GEMV where it applies."""
+    from edgekit.compilers.lower import mx_dot_applies
+
+    n, k = w.shape
+    return [case for suffix, target in cpu_targets().items() for fmt in FORMATS
+            for case in [tvm_gemv_case(fmt, w, x, target, suffix)]
+            + ([tvm_gemv_case(fmt, w, x, target, suffix, "mxint8")] if mx_dot_applies(fmt, n, k, "cpu", target) else [])]
 
 
 def liftquant_encode(w: np.ndarray, fmt: str, codes: Path | None = None):

@@ -184,7 +184,7 @@ def block_format_shares(rows: list[dict], ref_gbps: float) -> list[str]:
         if (r["backend"].startswith("tvm ") and not r["backend"].endswith(AVX2_SUFFIX)
                 and resolve(r["format"]).family == "block"):
             avx2 = by_name.get(r["backend"] + AVX2_SUFFIX)
-            shares.append(f"{r['format']} {100 * r['GB/s'] / ref_gbps:.0f}%"
+            shares.append(f"{r['backend'].removeprefix('tvm ')} {100 * r['GB/s'] / ref_gbps:.0f}%"
                           + (f" ({100 * avx2['GB/s'] / ref_gbps:.0f}% with AVX2 alone)" if avx2 else ""))
     return shares
 
