@@ -32,6 +32,8 @@ from .liftquant_kernels import emit_layer
 from .mx_dot_gemv import ACTIVATION as MX_DOT_INPUT
 from .mx_dot_gemv import applies as mx_dot_fits
 from .mx_dot_gemv import gemv_kernel as mx_dot_kernel
+from .mx_dot_gemv import layout as mx_dot_layout
+from .mx_dot_gemv import tile_codes as mx_dot_tiles
 from .plan import block_format, check_plan, is_liftquant
 from .row_tile_gemv import LAYOUT as ROW_TILES
 from .row_tile_gemv import applies as row_tiles_fit
@@ -196,7 +198,8 @@ class _LowerWeights(relax.PyExprMutator):
         fmt_name = self.plan_formats[layer]
         activations = self.activations if mx_dot_applies(fmt_name, *rows.shape, self.device, self.target) else "float32"
         func, consts, tensor_scale, fields = row_tile_function(fmt_name, rows, self.target, activations)
-        self.records[layer] = LayerRecord(fmt_name, "gemv", list(shape), ROW_TILES, **fields, activations=activations)
+        layout = ROW_TILES if activations == "float32" else mx_dot_layout(block_format(fmt_name))
+        self.records[layer] = LayerRecord(fmt_name, "gemv", list(shape), layout, **fields, activations=activations)
         return func, [relax.const(c) for c in consts], tensor_scale
 
     def _liftquant_dense(self, layer, x2, rows, op, shape):
@@ -263,8 +266,9 @@ def row_tile_function(fmt_name: str, weight_rows: np.ndarray, target, activation
     (codes, scales), tensor_scale, fields = weight_constants(fmt_name, weight_rows, PACKED)
     fmt = block_format(fmt_name)
     isa = vector_isa(target)
-    kernel = mx_dot_kernel if check_activations(activations) == MX_DOT_INPUT else row_tile_kernel
-    return kernel(fmt, *weight_rows.shape, isa, tensor_scale), tile_rows(codes, scales, fmt, isa), tensor_scale, fields
+    kernel, tiles = ((mx_dot_kernel, mx_dot_tiles) if check_activations(activations) == MX_DOT_INPUT
+                     else (row_tile_kernel, tile_rows))
+    return kernel(fmt, *weight_rows.shape, isa, tensor_scale), tiles(codes, scales, fmt, isa), tensor_scale, fields
 
 
 def check_activations(activations: str) -> str:

@@ -28,6 +28,7 @@ from .build import build
 from .export import cuda_source, elf_machine, export_library, nvcc_fatbin
 from .importer import ImportedModel
 from .lower import lower
+from .mx_dot_gemv import formats_taken as mx_dot_formats
 from .plan import make_plan, read_codes
 from .preflight import PreflightError, check_quantizes, preflight
 from .runtime import MANIFEST, source_digest
@@ -73,7 +74,7 @@ def check_activations_taken(layers: dict, activations: str, target_name: str) ->
     """A clear error where ``activations`` was asked for and no lowered layer could take it."""
     if not any(r.activations == activations for r in layers.values()):
         raise ValueError(f"--activations {activations}: no layer of this build can quantize its input on "
-                         f"{target_name}; it applies to batch-1 Linear layers in mxfp4, mxint4 or nvfp4 "
+                         f"{target_name}; it applies to batch-1 Linear layers in {', '.join(mx_dot_formats())} "
                          "on x86 CPUs with AVX2 (compile with --max-batch 1)")
 
 

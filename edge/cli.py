@@ -424,8 +424,8 @@ def report(models, formats, targets, deploy_items, configs, rounds, studies, mod
               help="Build for any batch from 1 to this (1: exactly 1). Default: a model file's symbolic batch up "
                    "to 64, a zoo model's example batch.")
 @click.option("--activations", type=click.Choice(["float32", "mxint8"]), default="float32", show_default=True,
-              help="mxint8: batch-1 Linear layers in mxfp4, mxint4 or nvfp4 on x86 CPUs quantize their input to "
-                   "MXINT8 in the kernel and sum in integers (the OCP MX dot product: faster, not x @ W.T).")
+              help="mxint8: batch-1 Linear layers in mxfp4, mxint4, nvfp4 or mxfp6_e2m3 on x86 CPUs quantize their "
+                   "input to MXINT8 in the kernel and sum in integers (the OCP MX dot product: faster, not x @ W.T).")
 def compile_(model, fmt, layers, codes, target, output, seed, input_shapes, max_batch, activations):
     """Compile MODEL (registered name, checkpoint, .onnx or torch.export .pt2) for a target: library, CUDA
     source, manifest.

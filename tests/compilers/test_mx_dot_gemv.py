@@ -20,6 +20,7 @@ from edgekit.compilers.pipeline import compile_for_cpu
 from edgekit.compilers.plan import make_plan
 from edgekit.simulators import FORMATS, dequantize, get_format, quantize
 from edgekit.simulators.mxdot import mx_matmul
+from edgekit.simulators.reference import unpack_codes
 
 from .models import seeded
 from .test_compiled_models import assert_float32_close
@@ -32,7 +33,7 @@ def mx_dot_gemv(q, x: np.ndarray, isa: str) -> np.ndarray:
     n, k = q.shape
     lib = tvm.compile(tvm.IRModule({"main": md.gemv_kernel(q.format, n, k, isa, q.tensor_scale)}),
                       target=tvm.target.Target(ISA_TARGETS[isa]))
-    args = [tvm.runtime.tensor(a) for a in (x, *rt.tile_rows(q.codes, q.scales, q.format, isa), np.zeros((1, n), np.float32))]
+    args = [tvm.runtime.tensor(a) for a in (x, *md.tile_codes(q.codes, q.scales, q.format, isa), np.zeros((1, n), np.float32))]
     lib["main"](*args)
     return args[-1].numpy()
 
@@ -48,11 +49,14 @@ def assert_same_bits(y: np.ndarray, expected: np.ndarray):
 
 
 def test_the_formats_it_takes():
-    assert TAKEN == ["mxfp4", "mxint4", "nvfp4"]
+    assert sorted(TAKEN) == sorted(md.formats_taken()) == ["mxfp4", "mxfp6_e2m3", "mxint4", "nvfp4"]
     # E2M1 * 2 in [-12, 12] offset by 12; INT4 codes * 4 in [-8, 7] offset by 8; then as many products summed
     # in int16 as cannot overflow
     assert md.weight_bytes(FORMATS["mxfp4"]) == (1, 12, 5)
     assert md.weight_bytes(FORMATS["mxint4"]) == (2, 8, 8)
+    # E2M3 magnitudes * 8 up to 60, unbiased: the code's sign negates the input byte instead
+    assert md.weight_bytes(FORMATS["mxfp6_e2m3"]) == (3, 0, 2)
+    assert md.weight_bytes(FORMATS["mxfp6_e3m2"]) is None and md.weight_bytes(FORMATS["mxfp8_e4m3"]) is None
     assert md.activation_format(FORMATS["nvfp4"]).block_size == 16
     assert md.activation_format(FORMATS["mxfp4"]) == get_format("mxint8")
 
@@ -65,6 +69,7 @@ def test_equals_the_mx_dot_product(name, isa):
     w = rng.standard_normal((128, 512)).astype(np.float32) * 0.05
     x = rng.standard_normal((1, 512)).astype(np.float32)
     x[0, :64] = np.round(x[0, :64] * 128) / 128 + 1 / 256  # halfway between input codes: round half to even
+    x[0, 0] = 1.5  # the block's scale 2^0, its codes sixty-fourths
     x[0, 64:96] = 0.0
     q = quantize(w, name, axis=-1)
     y = mx_dot_gemv(q, x, isa)
@@ -99,8 +104,24 @@ def test_extreme_scales_and_specials(name, isa):
     assert_same_bits(mx_dot_gemv(quantize(w, name, axis=-1), x, isa), reference(x, quantize(w, name, axis=-1)))
 
 
+def test_six_bit_planes_hold_every_code_bit_where_the_kernel_reads_it():
+    """Each group of 16 codes: two words of low nibbles, then the top magnitude bit of quarter q's byte-t code at
+    bit 7 - q of byte t, and its sign at bit 3 - q."""
+    fmt = FORMATS["mxfp6_e2m3"]
+    q = quantize(np.random.default_rng(2).standard_normal((3, 64)).astype(np.float32), fmt, axis=-1)
+    words = md.plane_bytes(q.codes, fmt).view("<u4").reshape(3, -1, 3)
+    assert md.plane_bytes(q.codes, fmt).nbytes == q.codes.nbytes
+    codes = unpack_codes(q.codes, 6).reshape(3, -1, 16)
+    for i in range(16):
+        low = (words[..., i // 8] >> (4 * (i % 8))) & 0xF
+        quarter, byte = 2 * (i // 8) + i % 2, (i % 8) // 2
+        top = (words[..., 2] >> (8 * byte + 7 - quarter)) & 1
+        sign = (words[..., 2] >> (8 * byte + 3 - quarter)) & 1
+        assert np.array_equal(low | top << 4 | sign << 5, codes[..., i])
+
+
 def test_bad_formats_shapes_and_activations_are_named():
-    with pytest.raises(ValueError, match="4-bit weights whose values are small integers.*got mxfp8_e4m3"):
+    with pytest.raises(ValueError, match="4-bit weights whose values.*are small integers.*got mxfp8_e4m3"):
         md.gemv_kernel(FORMATS["mxfp8_e4m3"], 64, 64, "avx2")
     with pytest.raises(ValueError, match="multiple of 32 rows"):
         md.gemv_kernel(FORMATS["mxfp4"], 48, 64, "avx2")
@@ -117,16 +138,18 @@ def test_the_cli_offers_what_lower_takes():
 
 
 @needs_x86
-def test_lower_quantizes_the_inputs_of_the_gemvs_that_take_it():
-    """A 128 -> 64 -> 10 MLP in MXFP4 at batch 1: the 64-row layer multiplies MXINT8 inputs, bit-exact against
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp6_e2m3"])
+def test_lower_quantizes_the_inputs_of_the_gemvs_that_take_it(fmt):
+    """A 128 -> 64 -> 10 MLP at batch 1: the 64-row layer multiplies MXINT8 inputs, bit-exact against
     ``mx_matmul``; the 10-row head keeps its float input."""
     model = seeded(lambda: torch.nn.Sequential(torch.nn.Linear(128, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)))
     x = torch.randn(1, 128, generator=torch.Generator().manual_seed(1))
-    executable, lowered = compile_for_cpu(import_torch(model, (x,)), make_plan(model, "mxfp4"), HOST, "mxint8")
+    executable, lowered = compile_for_cpu(import_torch(model, (x,)), make_plan(model, fmt), HOST, "mxint8")
     assert {layer: r.activations for layer, r in lowered.layers.items()} == {"0": "mxint8", "2": "float32"}
-    first = quantize(model[0].weight.detach().numpy(), "mxfp4", axis=-1)
+    assert lowered.layers["0"].layout == ("row_tile_planes" if fmt == "mxfp6_e2m3" else rt.LAYOUT)
+    first = quantize(model[0].weight.detach().numpy(), fmt, axis=-1)
     hidden = np.maximum(reference(x.numpy(), first) + model[0].bias.detach().numpy(), 0)
-    head = dequantize(quantize(model[2].weight.detach().numpy(), "mxfp4", axis=-1))
+    head = dequantize(quantize(model[2].weight.detach().numpy(), fmt, axis=-1))
     expected = hidden.astype(np.float64) @ head.T.astype(np.float64) + model[2].bias.detach().numpy()
     assert_float32_close(run(executable, [x.numpy()])[0], expected.astype(np.float32))
 
