@@ -24,8 +24,9 @@ into int32, and the block sum is scaled once per block. No weight is converted t
   of low nibbles and one word of top bits, placed so that a shift brings each code's top magnitude
   bit and its sign to the top of its byte. The magnitude is one of two ``vpshufb`` lookups of the
   low nibble (none where the first sixteen magnitudes are the codes themselves, as E2M3's * 8 are),
-  picked by the top magnitude bit (``vpblendvb``); the sign picks the input word or its negation
-  (``vpblendvb``), so the weight bytes need no bias. Layout ``row_tile_planes``.
+  picked by the top magnitude bit (``vpblendvb``); the sign negates the input bytes it meets
+  (``vpsignb`` on AVX2; on AVX-512, which has no 512-bit form, a blend with the negated input), so
+  the weight bytes need no bias. Layout ``row_tile_planes``.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ INT16_MAX = 32767
 LOW_SCALE_EXPONENT = 100  # see _gemv_body: the first float32 factor of an input block scale
 INPUT_CODE_MAX = 128  # |an MXINT8 code| (127; 128 bounds the asymmetric range too)
 PLANE_GROUP = 16  # 6-bit codes: a group of 16 is two words of low nibbles and one of top bits
+SIGN_OPS = {"avx2": "llvm.x86.avx2.psign.b"}  # vpsignb: AVX2 has it, AVX-512 has no 512-bit form
 PAIR_OPS = {  # (u8 x s8 pairs -> int16, int16 pairs -> int32, 128-bit-lane byte lookup) per ISA
     "avx2": ("llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd", "llvm.x86.avx2.pshuf.b"),
     "avx512": ("llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512", "llvm.x86.avx512.pshuf.b.512"),
@@ -131,6 +133,7 @@ class _WeightBytes:
         self.lanes = VECTOR_LANES[isa]
         self.bytes = f"int8x{WORD_BYTES * self.lanes}"
         self.lookup = PAIR_OPS[isa][2]
+        self.sign_op = SIGN_OPS.get(isa)
         self.planes = fmt.element.bits == 6
         firsts = (0, PLANE_GROUP) if self.planes else (0,)
         self.tables = [tirx.reinterpret(self.bytes, table_vector(fmt.element, self.lanes, self.shift, self.bias,
@@ -158,7 +161,11 @@ class _WeightBytes:
         top = load(3 * group + 2)
         low = tirx.reinterpret(self.bytes, nibbles) if self.low_is_code else self._look(self.tables[0], nibbles)
         magnitude = tirx.Select(self._negative(top << i32(q, lanes) if q else top), self._look(self.tables[1], nibbles), low)
-        return magnitude, tirx.Select(self._negative(top << i32(4 + q, lanes)), negated, inputs)
+        sign = top << i32(4 + q, lanes)
+        if self.sign_op:  # the input negated where the sign is set, zeroed where the byte is 0 (its magnitude is too)
+            source = tirx.reinterpret(self.bytes, sign | tirx.reinterpret(f"int32x{lanes}", magnitude))
+            return magnitude, tirx.call_llvm_pure_intrin(self.bytes, self.sign_op, inputs, source)
+        return magnitude, tirx.Select(self._negative(sign), negated, inputs)
 
 
 def _quantized_input(x, fmt: BlockFormat, table_shift: int):
