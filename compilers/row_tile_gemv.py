@@ -5,13 +5,13 @@ rows in tiles of the rows one task sums (:func:`tile_height`: 64 with AVX-512, 3
 that a task streams whole cache lines of its tile alone), and within a tile *unit* ``w`` of
 every row contiguous.
 A unit is a 32-bit word of a row's packed codes (lowest bits first, exactly as the codecs
-pack them), or for 8-bit integer codes one code, which a sign-extending load (``vpmovsxbd``)
-makes its lane's int32 with no shift (float codes gain nothing from bytes: their decodes
-shift anyway). So one vector load gives the same unit of 16 rows (AVX-512) or 8 (AVX2), and
-each lane decodes its own row's codes with shifts. Codes are read a *group* of units at a
-time, the fewest whole units that hold whole codes (one word of 4-bit or 8-bit float codes;
-one 8-bit integer code; three words of sixteen 6-bit codes, two of which straddle a word
-boundary and are put together from two words). The input of element ``j`` of a group is
+pack them), or one code for 8-bit integer codes, which a sign-extending load (``vpmovsxbd``)
+makes its lane's int32 with no shift, and for E5M2 codes, which are float16's top byte (other
+float codes gain nothing from bytes: their decodes shift anyway). So one vector load gives the
+same unit of 16 rows (AVX-512) or 8 (AVX2), and each lane decodes its own row's codes with
+shifts. Codes are read a *group* of units at a time, the fewest whole units that hold whole
+codes (one word of 4-bit or E4M3 codes; one byte code; three words of sixteen 6-bit codes, two
+of which straddle a word boundary and are put together from two words). The input of element ``j`` of a group is
 one broadcast shared by all lanes. A block's products are summed unscaled and multiplied
 by the vector of the rows' block scales once per block, so a scale costs one FMA per block
 instead of a multiply per weight. Tiles run in parallel, each streaming one contiguous
@@ -31,7 +31,9 @@ Element decode, chosen from the format's row, never its name:
 * float codes of at most 6 bits on AVX2 whose magnitudes all are small integers times one power
   of two (E2M3): the magnitude looked up in a 32-entry int8 table by two ``vpshufb``, converted,
   the sign ORed in; the power of two goes into the block scale.
-* E5M2 codes, which are float16's top byte: converted as float16.
+* E5M2 codes, which are float16's top byte: placed above a zero byte and converted as float16
+  (``vcvtph2ps``); with AVX2, two vectors' 16 bytes are one load that ``vpunpcklbw`` and
+  ``vpunpckhbw`` with zeros place, with AVX-512 a zero extension and a shift.
 * other integer codes: shifted to the top of the lane, shifted back arithmetically (the sign
   extension) and converted; the 2^-fraction_bits goes into the block scale.
 * otherwise (8-bit float codes, or a 4-bit table with NaN on AVX2): ``tir_decode.element_value_top``,
@@ -71,8 +73,10 @@ MAX_TABLE_SHIFT = 8  # powers of two tried to make a 4-bit table's values intege
 
 
 def unit_bits(fmt: BlockFormat) -> int:
-    """Bits of the layout's unit for ``fmt``: one code for 8-bit integer codes, else a 32-bit word."""
-    return BYTE_BITS if fmt.element.kind == "int" and fmt.element.bits == BYTE_BITS else WORD_BITS
+    """Bits of the layout's unit for ``fmt``: one code for 8-bit integer codes and for codes that are
+    float16's top byte (E5M2), else a 32-bit word."""
+    elem = fmt.element
+    return BYTE_BITS if (elem.kind == "int" and elem.bits == BYTE_BITS) or half_prefix(elem) else WORD_BITS
 
 
 def group_units(fmt: BlockFormat) -> int:
@@ -245,10 +249,9 @@ class _Decoder:
             return [self._magnitude_lookup(self._top(words, j)) for j in range(per)]
         if self.mode == "int8_pair":
             return [self._int8_pair_lookup(self._top(words, j)) for j in range(per)]
-        if self.mode == "half":  # each code to bits 8-15 of its lane, truncated to 16 bits and converted as float16
-            placed = [word << u32(8, lanes), word, *(word >> u32(8 * j - 8, lanes) for j in range(2, per))]
-            return [tirx.Cast(self.f32, tirx.reinterpret(f"float16x{lanes}", tirx.Cast(
-                f"uint16x{lanes}", code & u32(0xFF00, lanes)))) for code in placed]
+        if self.mode == "half":  # each byte code widened to 16 bits, shifted to the top and converted as float16
+            code16 = tirx.Cast(f"uint16x{lanes}", word) << tirx.Broadcast(tirx.const(8, "uint16"), lanes)
+            return [tirx.Cast(self.f32, tirx.reinterpret(f"float16x{lanes}", code16))]
         tops = [tirx.reinterpret(f"int32x{lanes}", self._top(words, j)) for j in range(per)]
         if self.mode == "int":
             return [tirx.Cast(self.f32, top >> i32(WORD_BITS - self.bits, lanes)) for top in tops]
@@ -283,11 +286,26 @@ class _Decoder:
         sign = top & u32(0x80000000, self.lanes)
         return tirx.reinterpret(self.f32, tirx.reinterpret(f"uint32x{self.lanes}", magnitude) | sign)
 
+    @property
+    def pairs(self) -> bool:
+        """Whether two vectors' byte codes fit one 128-bit register, where interleaving them with zero
+        bytes (``vpunpcklbw``, ``vpunpckhbw``) places each vector's as float16 in one instruction
+        (:meth:`half_pair`; AVX2's 8 lanes; with 16, zero extension and a shift take fewer)."""
+        return self.mode == "half" and 2 * self.lanes * BYTE_BITS <= 128
+
+    def half_pair(self, pair) -> list:
+        """float32 vectors of the two vectors of byte codes in ``pair`` (``mode == "half"``)."""
+        lanes = self.lanes
+        zero = tirx.Broadcast(tirx.const(0, "uint8"), 2 * lanes)
+        return [tirx.Cast(self.f32, tirx.reinterpret(f"float16x{lanes}", tirx.Shuffle(
+            [zero, pair], [i for t in range(half * lanes, (half + 1) * lanes) for i in (t, 2 * lanes + t)])))
+            for half in range(2)]
+
     def widen(self, unit):
         """A vector of units as uint32 words: a byte code sign-extended (``vpmovsxbd``), as if the
         only code of a word, with copies of its sign above it, so that LLVM folds the integer
-        decode's shift to the top and back into the extension."""
-        if unit_bits(self.fmt) == WORD_BITS:
+        decode's shift to the top and back into the extension; float16 prefixes stay bytes."""
+        if unit_bits(self.fmt) == WORD_BITS or self.mode == "half":
             return unit
         lanes = self.lanes
         return tirx.reinterpret(f"uint32x{lanes}", tirx.Cast(f"int32x{lanes}", tirx.reinterpret(f"int8x{lanes}", unit)))
@@ -332,12 +350,21 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
                 T.buffer_store(block_sum, zero, [lane_slice(v)])
             for g_in_block in range(block_groups):
                 g = b * block_groups + g_in_block
+                def accumulate(v, j, value, g=g):
+                    xj = tirx.Broadcast(x[0, g * per + j], lanes)
+                    T.buffer_store(block_sum, block_sum.vload([v * lanes], f32) + value * xj, [lane_slice(v)])
+
+                if decoder.pairs:  # one byte code a group
+                    for v in range(0, VECTORS, 2):
+                        pair = codes.vload([tile, g, v * lanes], f"uint8x{2 * lanes}")
+                        for half, value in enumerate(decoder.half_pair(pair)):
+                            accumulate(v + half, 0, value)
+                    continue
                 for v in range(VECTORS):
                     words = [decoder.widen(codes.vload([tile, g * group + t, v * lanes], unit))
                              for t in range(group)]
                     for j, value in enumerate(decoder.values(words)):
-                        xj = tirx.Broadcast(x[0, g * per + j], lanes)
-                        T.buffer_store(block_sum, block_sum.vload([v * lanes], f32) + value * xj, [lane_slice(v)])
+                        accumulate(v, j, value)
             for v in range(VECTORS):
                 scale = scale_value(fmt.scale, scales.vload([tile, b, v * lanes], f"uint8x{lanes}"))
                 T.buffer_store(acc, acc.vload([v * lanes], f32) + block_sum.vload([v * lanes], f32) * scale,

@@ -42,9 +42,10 @@ def gemv(q: QuantizedTensor, x: np.ndarray, isa: str) -> np.ndarray:
 def test_the_formats_it_takes():
     assert {"mxfp4", "mxint4", "nvfp4", "mxint8", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3", "mxfp6_e3m2"} <= set(TILED)
     # 6-bit codes come in groups of three words, sixteen codes, two of them straddling a word boundary;
-    # 8-bit integer codes one at a time
-    assert [(rt.unit_bits(FORMATS[f]), rt.group_units(FORMATS[f]), rt.codes_per_group(FORMATS[f]))
-            for f in ("mxfp4", "mxfp6_e2m3", "mxfp8_e4m3", "mxint8")] == [(32, 1, 8), (32, 3, 16), (32, 1, 4), (8, 1, 1)]
+    # 8-bit integer codes and E5M2's (float16's top byte) one at a time
+    formats = ("mxfp4", "mxfp6_e2m3", "mxfp8_e4m3", "mxint8", "mxfp8_e5m2")
+    assert [(rt.unit_bits(FORMATS[f]), rt.group_units(FORMATS[f]), rt.codes_per_group(FORMATS[f])) for f in formats] == [
+        (32, 1, 8), (32, 3, 16), (32, 1, 4), (8, 1, 1), (8, 1, 1)]
 
 
 @needs_x86
