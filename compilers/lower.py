@@ -39,6 +39,7 @@ from .row_tile_gemv import LAYOUT as ROW_TILES
 from .row_tile_gemv import applies as row_tiles_fit
 from .row_tile_gemv import gemv_kernel as row_tile_kernel
 from .row_tile_gemv import tile_rows
+from .tir_decode import needs_scale_specials
 
 DEVICES = ("cpu", "cuda")
 ACTIVATIONS = ("float32", MX_DOT_INPUT)  # a layer's input: as the model gives it, or quantized (mx_dot_gemv)
@@ -268,7 +269,9 @@ def row_tile_function(fmt_name: str, weight_rows: np.ndarray, target, activation
     isa = vector_isa(target)
     kernel, tiles = ((mx_dot_kernel, mx_dot_tiles) if check_activations(activations) == MX_DOT_INPUT
                      else (row_tile_kernel, tile_rows))
-    return kernel(fmt, *weight_rows.shape, isa, tensor_scale), tiles(codes, scales, fmt, isa), tensor_scale, fields
+    tiled = tiles(codes, scales, fmt, isa)
+    specials = needs_scale_specials(fmt.scale, tiled[1])  # the weight's own: a kernel without them where none are
+    return kernel(fmt, *weight_rows.shape, isa, tensor_scale, specials), tiled, tensor_scale, fields
 
 
 def check_activations(activations: str) -> str:

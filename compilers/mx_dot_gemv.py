@@ -220,7 +220,7 @@ def _quantized_input(x, fmt: BlockFormat, table_shift: int):
 
 
 def _gemv_body(words, negated_words, sums, in_scales, codes, scales, y, fmt: BlockFormat, isa: str,
-               tensor_scale: float | None):
+               tensor_scale: float | None, specials: bool):
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
@@ -264,7 +264,7 @@ def _gemv_body(words, negated_words, sums, in_scales, codes, scales, y, fmt: Blo
                 # S * xs_low is exact (|S| < 2^18 and xs_low a power of two in [2^-134, 2^100]); the product
                 # with the weight scale rounds at most once, and the rare xs_high > 1 (an input block
                 # above 2^110) only where that product is exact: the block value float64 would give
-                weight_scale = scale_value(fmt.scale, scales.vload([tile, b, v * lanes], f"uint8x{lanes}"))
+                weight_scale = scale_value(fmt.scale, scales.vload([tile, b, v * lanes], f"uint8x{lanes}"), specials)
                 exact = tirx.Cast(f32, block_sum.vload([v * lanes], f"int32x{lanes}")) * tirx.Broadcast(in_scales[b, 0], lanes)
                 value = exact * weight_scale * tirx.Broadcast(in_scales[b, 1], lanes)
                 # rounded before the sum, as the specification's block value is: no FMA may fuse the two
@@ -276,9 +276,11 @@ def _gemv_body(words, negated_words, sums, in_scales, codes, scales, y, fmt: Blo
     return ib.get()
 
 
-def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float | None = None):
+def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float | None = None,
+                scale_specials: bool = True):
     """``y (1, n) = Dot(MXINT8(x (1, k)), W)`` from codes and scales laid out by :func:`tile_codes`, scheduled
-    for ``isa`` (``"avx512"`` or ``"avx2"``)."""
+    for ``isa`` (``"avx512"`` or ``"avx2"``); ``scale_specials=False`` for a weight none of whose scale codes
+    needs ``tir_decode.scale_value``'s special cases (``tir_decode.needs_scale_specials``)."""
     if weight_bytes(fmt) is None:
         raise ValueError(f"the MX-dot GEMV takes 4-bit weights whose values, and 6-bit float weights whose magnitudes, "
                          f"are small integers times a power of two ({', '.join(formats_taken())}); got {fmt.name}")
@@ -291,5 +293,5 @@ def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float 
     scales = te.placeholder((n // rows, k // fmt.block_size, rows), "uint8", name="scales")
     inputs = _quantized_input(x, fmt, weight_bytes(fmt)[0])
     y = te.extern((1, n), [*inputs, codes, scales],
-                  lambda ins, outs: _gemv_body(*ins, *outs, fmt, isa, tensor_scale), name="mx_dot_gemv", dtype="float32")
+                  lambda ins, outs: _gemv_body(*ins, *outs, fmt, isa, tensor_scale, scale_specials), name="mx_dot_gemv", dtype="float32")
     return te.create_prim_func([x, codes, scales, y]).with_attr("tirx.is_scheduled", True)

@@ -323,7 +323,7 @@ class _Decoder:
         return low | (words[word + 1] << u32(WORD_BITS - spill, lanes))
 
 
-def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: float | None):
+def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: float | None, specials: bool):
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
@@ -366,7 +366,7 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
                     for j, value in enumerate(decoder.values(words)):
                         accumulate(v, j, value)
             for v in range(VECTORS):
-                scale = scale_value(fmt.scale, scales.vload([tile, b, v * lanes], f"uint8x{lanes}"))
+                scale = scale_value(fmt.scale, scales.vload([tile, b, v * lanes], f"uint8x{lanes}"), specials)
                 T.buffer_store(acc, acc.vload([v * lanes], f32) + block_sum.vload([v * lanes], f32) * scale,
                                [lane_slice(v)])
         for v in range(VECTORS):
@@ -377,9 +377,11 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
     return ib.get()
 
 
-def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float | None = None):
+def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float | None = None,
+                scale_specials: bool = True):
     """``y (1, n) = x (1, k) @ W^T`` from ``row_tiles`` codes and scales, scheduled for ``isa``
-    (``"avx512"`` or ``"avx2"``, see ``kernel_schedules.vector_isa``)."""
+    (``"avx512"`` or ``"avx2"``, see ``kernel_schedules.vector_isa``); ``scale_specials=False`` for scales
+    none of whose codes needs ``tir_decode.scale_value``'s special cases (``tir_decode.needs_scale_specials``)."""
     if not applies(fmt, n, k, isa):
         raise ValueError(f"the row-tile GEMV takes {fmt.name} weights with a multiple of {tile_height(isa)} rows and of "
                          f"{fmt.block_size} inputs; got {n} x {k}")
@@ -389,5 +391,6 @@ def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float 
     codes = te.placeholder((n // rows, units, rows), f"uint{unit_bits(fmt)}", name="codes")
     scales = te.placeholder((n // rows, math.ceil(k / fmt.block_size), rows), "uint8", name="scales")
     y = te.extern((1, n), [x, codes, scales],
-                  lambda ins, outs: _gemv_body(*ins, *outs, fmt, isa, tensor_scale), name="gemv", dtype="float32")
+                  lambda ins, outs: _gemv_body(*ins, *outs, fmt, isa, tensor_scale, scale_specials), name="gemv",
+                  dtype="float32")
     return te.create_prim_func([x, codes, scales, y]).with_attr("tirx.is_scheduled", True)

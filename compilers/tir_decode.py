@@ -21,6 +21,7 @@ of bytes element ``k`` lives, and at which bit.
 
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import te, tirx
 
@@ -131,15 +132,30 @@ def _with_specials(elem: ElementType, placed, value, n: int):
     return value
 
 
-def scale_value(scale: ScaleType, code) -> tirx.PrimExpr:
-    """The float32 value of a block scale code (scalar or vector)."""
+def scale_value(scale: ScaleType, code, specials: bool = True) -> tirx.PrimExpr:
+    """The float32 value of a block scale code (scalar or vector). An E8M0 code is placed in FP32's
+    exponent field; ``specials=False`` leaves out the selects of the codes that placement gets wrong
+    (0 and 255), for codes known to hold neither (:func:`needs_scale_specials`)."""
     if scale.element is not None:
         return element_value(scale.element, code)
     n = lanes_of(code)
     s = tirx.Cast(_typed("uint32", n), code)
     value = tirx.reinterpret(_typed("float32", n), s << u32(23, n))
+    if not specials:
+        return value
     value = tirx.Select(s == u32(0, n), f32(2.0**-127, n), value)
     return tirx.Select(s == u32(255, n), f32(float("nan"), n), value)
+
+
+def needs_scale_specials(scale: ScaleType, codes: np.ndarray) -> bool:
+    """Whether any of these scale codes needs :func:`scale_value`'s special cases: a code whose value is not
+    the FP32 its bits make in the exponent field (E8M0's 0 and 255), or any code of a scale that is an
+    element type."""
+    if scale.element is not None:
+        return True
+    used = np.unique(np.asarray(codes, np.uint8)).astype(np.int64)
+    placed = (used << 23).astype(np.uint32).view(np.float32).astype(np.float64)
+    return not np.array_equal(placed, scale.values[used])
 
 
 def element_code(fmt: BlockFormat, layout: str, codes, row: tuple, b, j) -> tirx.PrimExpr:

@@ -18,6 +18,7 @@ from edgekit.compilers.importer import import_torch
 from edgekit.compilers.lower import ACTIVATIONS, lower
 from edgekit.compilers.pipeline import compile_for_cpu
 from edgekit.compilers.plan import make_plan
+from edgekit.compilers.tir_decode import needs_scale_specials
 from edgekit.simulators import FORMATS, dequantize, get_format, quantize
 from edgekit.simulators.mxdot import mx_matmul
 from edgekit.simulators.reference import unpack_codes
@@ -30,10 +31,12 @@ TAKEN = [name for name, fmt in FORMATS.items() if md.applies(fmt, rt.tile_height
 
 
 def mx_dot_gemv(q, x: np.ndarray, isa: str) -> np.ndarray:
+    """The kernel as ``lower`` builds it: without the scale decode's special cases where no scale code needs them."""
     n, k = q.shape
-    lib = tvm.compile(tvm.IRModule({"main": md.gemv_kernel(q.format, n, k, isa, q.tensor_scale)}),
-                      target=tvm.target.Target(ISA_TARGETS[isa]))
-    args = [tvm.runtime.tensor(a) for a in (x, *md.tile_codes(q.codes, q.scales, q.format, isa), np.zeros((1, n), np.float32))]
+    codes, scales = md.tile_codes(q.codes, q.scales, q.format, isa)
+    kernel = md.gemv_kernel(q.format, n, k, isa, q.tensor_scale, needs_scale_specials(q.format.scale, scales))
+    lib = tvm.compile(tvm.IRModule({"main": kernel}), target=tvm.target.Target(ISA_TARGETS[isa]))
+    args = [tvm.runtime.tensor(a) for a in (x, codes, scales, np.zeros((1, n), np.float32))]
     lib["main"](*args)
     return args[-1].numpy()
 
@@ -91,11 +94,13 @@ def test_extreme_scales_and_specials(name, isa):
     x[0, 300:316] = 1e-45
     x[0, 400] = 3.4e38
     q = quantize(w, name, axis=-1)
+    assert q.format.scale.element is not None or needs_scale_specials(q.format.scale, q.scales)  # E8M0 code 0 here
     expected = reference(x, q)
     assert np.isinf(expected).any() and np.isnan(expected).any()
     assert_same_bits(mx_dot_gemv(q, x, isa), expected)
     tiny = (rng.standard_normal((64, 512)) * 2.0**-70).astype(np.float32)
     q = quantize(tiny, name, axis=-1)
+    assert needs_scale_specials(q.format.scale, q.scales) == (name == "nvfp4")  # E8M0: the kernel without them
     small = (rng.standard_normal((1, 512)) * 2.0**-62).astype(np.float32)
     expected = reference(small, q)
     assert ((expected != 0) & (np.abs(expected) < np.finfo(np.float32).tiny)).any()  # FP32 subnormal results

@@ -13,7 +13,7 @@ from edgekit.compilers.importer import import_torch
 from edgekit.compilers.kernel_schedules import vector_isa
 from edgekit.compilers.pipeline import compile_for_cpu
 from edgekit.compilers.plan import make_plan
-from edgekit.compilers.tir_decode import element_value_top
+from edgekit.compilers.tir_decode import element_value_top, needs_scale_specials
 from edgekit.simulators import FORMATS, QuantizedTensor, dequantize, quantize
 from edgekit.simulators.reference import pack_codes
 from edgekit.targets import tvm_target
@@ -31,10 +31,12 @@ needs_x86 = pytest.mark.skipif(not ISAS, reason="the row-tile GEMV needs an x86 
 
 
 def gemv(q: QuantizedTensor, x: np.ndarray, isa: str) -> np.ndarray:
+    """The kernel as ``lower`` builds it: without the scale decode's special cases where no scale code needs them."""
     n, k = q.shape
-    lib = tvm.compile(tvm.IRModule({"main": rt.gemv_kernel(q.format, n, k, isa, q.tensor_scale)}),
-                      target=tvm.target.Target(ISA_TARGETS[isa]))
-    args = [tvm.runtime.tensor(a) for a in (x, *rt.tile_rows(q.codes, q.scales, q.format, isa), np.zeros((1, n), np.float32))]
+    codes, scales = rt.tile_rows(q.codes, q.scales, q.format, isa)
+    kernel = rt.gemv_kernel(q.format, n, k, isa, q.tensor_scale, needs_scale_specials(q.format.scale, scales))
+    lib = tvm.compile(tvm.IRModule({"main": kernel}), target=tvm.target.Target(ISA_TARGETS[isa]))
+    args = [tvm.runtime.tensor(a) for a in (x, codes, scales, np.zeros((1, n), np.float32))]
     lib["main"](*args)
     return args[-1].numpy()
 
@@ -125,6 +127,14 @@ def test_blocks_with_nan_codes_take_the_scales_nan(isa):
     assert np.array_equal(tiled_scales.transpose(0, 2, 1).reshape(expected.shape), expected)
     assert np.array_equal(np.ascontiguousarray(tiled_codes.transpose(0, 2, 1)).view(np.uint8).reshape(codes.shape), codes)
     assert all(rt.scale_nan_code(FORMATS[name]) is None for name in ("mxfp4", "mxint8", "mxfp6_e2m3", "nvfp4"))
+
+
+def test_scale_specials_are_needed_only_for_codes_the_exponent_field_gets_wrong():
+    e8m0 = FORMATS["mxfp4"].scale
+    assert not needs_scale_specials(e8m0, np.array([1, 127, 254], np.uint8))
+    assert needs_scale_specials(e8m0, np.array([0, 127], np.uint8))  # 2^-127, an FP32 subnormal
+    assert needs_scale_specials(e8m0, np.array([255], np.uint8))  # NaN
+    assert needs_scale_specials(FORMATS["nvfp4"].scale, np.array([56], np.uint8))  # E4M3 scales decode as elements
 
 
 def test_only_e5m2_decodes_as_float16():
