@@ -334,6 +334,13 @@ def layer_option(fn):
                         help="Per-layer format override (repeatable), e.g. --layer fc1=mxint8.")(fn)
 
 
+def activations_option(fn):
+    return click.option(
+        "--activations", type=click.Choice(["float32", "mxint8"]), default="float32", show_default=True,
+        help="mxint8: batch-1 Linear layers in mxfp4, mxint4, nvfp4 or mxfp6_e2m3 on x86 CPUs quantize their input "
+             "to MXINT8 in the kernel and sum in integers (the OCP MX dot product: faster, not x @ W.T).")(fn)
+
+
 
 @main.command()
 @click.option("--models", default=None, metavar="A,B", help="Models to report (default: lm,fluxnet,meanflow_policy).")
@@ -423,9 +430,7 @@ def report(models, formats, targets, deploy_items, configs, rounds, studies, mod
 @click.option("--max-batch", type=click.IntRange(1), default=None,
               help="Build for any batch from 1 to this (1: exactly 1). Default: a model file's symbolic batch up "
                    "to 64, a zoo model's example batch.")
-@click.option("--activations", type=click.Choice(["float32", "mxint8"]), default="float32", show_default=True,
-              help="mxint8: batch-1 Linear layers in mxfp4, mxint4, nvfp4 or mxfp6_e2m3 on x86 CPUs quantize their "
-                   "input to MXINT8 in the kernel and sum in integers (the OCP MX dot product: faster, not x @ W.T).")
+@activations_option
 def compile_(model, fmt, layers, codes, target, output, seed, input_shapes, max_batch, activations):
     """Compile MODEL (registered name, checkpoint, .onnx or torch.export .pt2) for a target: library, CUDA
     source, manifest.
@@ -545,8 +550,9 @@ def read_arrays(paths: list[Path], names: list[str]) -> list:
 @click.option("--threads", type=click.IntRange(1), default=None,
               help="Threads for every backend (default: this machine's CPU count).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for training and for the input.")
+@activations_option
 @output_options(default_name="bench.json")
-def bench(model, target, fmt, repeat, threads, seed, output, output_format):
+def bench(model, target, fmt, repeat, threads, seed, activations, output, output_format):
     """Time MODEL on a target: TVM build, onnxruntime (float and quantized graph), PyTorch eager.
 
     All backends run in one process with the same thread count, interleaved over rounds.
@@ -566,7 +572,8 @@ def bench(model, target, fmt, repeat, threads, seed, output, output_format):
     def bar(rounds, total):
         return tqdm(rounds, total=total, desc="bench", unit="round", leave=False)
 
-    sections = run_job(bench_model, model, fmt, target, repeat=repeat, threads=threads, seed=seed, progress=bar)
+    sections = run_job(bench_model, model, fmt, target, repeat=repeat, threads=threads, seed=seed, progress=bar,
+                       activations=activations)
     text = render_bench(sections)
     click.echo(text)
     path = write_result(output, resolve_output_format(output, output_format), sections, provenance(seed), text)

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from edgekit.compilers.onnx_export import onnx_session
-from edgekit.compilers.pipeline import layer_totals
+from edgekit.compilers.pipeline import check_activations_taken, layer_totals
 from edgekit.compilers.preflight import PreflightError, preflight
 from edgekit.simulators import weight_formats as wf
 from edgekit.targets import host_arch
@@ -181,7 +181,8 @@ def model_inputs(source: ModelSource, imported, seed: int) -> list[np.ndarray]:
     return out
 
 
-def tvm_backend(imported, fmt: str, target, inputs: list[np.ndarray], threads: int, log) -> tuple[Backend, dict]:
+def tvm_backend(imported, fmt: str, target, inputs: list[np.ndarray], threads: int, log,
+                activations: str = "float32") -> tuple[Backend, dict]:
     import tvm
     from tvm import relax
 
@@ -196,8 +197,10 @@ def tvm_backend(imported, fmt: str, target, inputs: list[np.ndarray], threads: i
     if problems:
         raise PreflightError(problems)
     log(f"compiling with TVM for {target.name} ({fmt}, {len(plan)} planned layers) ...")
-    lowered = lower(imported, plan, "cpu")
     tvm_tgt = tvm_target(target)
+    lowered = lower(imported, plan, "cpu", target=tvm_tgt, activations=activations)  # the kernels compile picks
+    if activations != "float32":
+        check_activations_taken(lowered.layers, activations, target.name)
     executable = build(schedule(lowered.mod, "cpu", tvm_tgt), tvm_tgt)
     vm = relax.VirtualMachine(executable, tvm.cpu())
     args = [tvm.runtime.tensor(x) for x in inputs]
@@ -214,7 +217,8 @@ def tvm_backend(imported, fmt: str, target, inputs: list[np.ndarray], threads: i
 
     totals = layer_totals(lowered.layers)
     stored = totals["codes_bytes"] + totals["scales_bytes"]
-    backend = Backend("tvm", fmt, totals["weight_bits"], stored, threads, call, mean_time,
+    name = "tvm" if activations == "float32" else f"tvm ({activations} activations)"
+    backend = Backend(name, fmt, totals["weight_bits"], stored, threads, call, mean_time,
                       "tvm time_evaluator (C++ loop)")
     return backend, {"tvm_target": str(tvm_tgt), "layers": {k: v.to_json() for k, v in lowered.layers.items()}}
 
@@ -247,8 +251,9 @@ def torch_backend(module, inputs, stored: int) -> Backend:
 def bench_model(model: str, fmt: str, target_spec: str, repeat: int = 20, threads: int | None = None,
                 seed: int = 0, log: Callable[[str], None] = print,
                 progress: Callable[[Iterable, int], Iterable] | None = None,
-                min_sample_s: float = MIN_SAMPLE_S) -> dict:
+                min_sample_s: float = MIN_SAMPLE_S, activations: str = "float32") -> dict:
     """Time ``model`` in ``fmt`` on ``target_spec`` with every backend that applies; see the module doc.
+    ``activations="mxint8"``: the TVM build's batch-1 GEMVs quantize their input (``compile --activations``).
 
     Returns ``{"results": [row per backend], "samples": [...], "setup": [one row]}``; raises
     :class:`ForeignTarget` for a target that does not run here (before any work).
@@ -274,7 +279,7 @@ def bench_model(model: str, fmt: str, target_spec: str, repeat: int = 20, thread
         torch.set_num_threads(threads)
         source, imported = load_model(model, seed, log, max_batch=1)  # timed on one fixed input
         inputs = model_inputs(source, imported, seed)
-        tvm_b, tvm_info = tvm_backend(imported, fmt, target, inputs, tvm_threads, log)
+        tvm_b, tvm_info = tvm_backend(imported, fmt, target, inputs, tvm_threads, log, activations)
         numel = sum(int(np.prod(imported.params[var].shape)) for var in imported.layers.values())
         backends = [tvm_b]
         skipped = []

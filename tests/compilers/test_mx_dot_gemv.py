@@ -137,9 +137,9 @@ def test_bad_formats_shapes_and_activations_are_named():
 
 
 def test_the_cli_offers_what_lower_takes():
-    compile_command = main.commands["compile"]
-    option = next(p for p in compile_command.params if p.name == "activations")
-    assert tuple(option.type.choices) == ACTIVATIONS
+    for command in ("compile", "bench"):
+        option = next(p for p in main.commands[command].params if p.name == "activations")
+        assert tuple(option.type.choices) == ACTIVATIONS
 
 
 @needs_x86
