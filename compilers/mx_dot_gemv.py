@@ -171,8 +171,8 @@ class _WeightBytes:
 def _quantized_input(x, fmt: BlockFormat, table_shift: int):
     """TE stages of the codec's MXINT8 encode of ``x (1, k)`` (floor scale rule, round half to even,
     symmetric saturation; a block with Inf or NaN takes the NaN scale and zero codes):
-    (input words, the same of the negated codes, block code sums, (blocks, 2) block scales times 2^-(frac_bits + table_shift) as two
-    float32 factors, the first at most 2^LOW_SCALE_EXPONENT)."""
+    (input words, the same of the negated codes, block code sums, and (blocks, 2) block scales times
+    2^-(frac_bits + table_shift) as two float32 factors, the first at most 2^LOW_SCALE_EXPONENT)."""
     act = activation_format(fmt)
     elem, block = act.element, act.block_size
     k = int(x.shape[1])
