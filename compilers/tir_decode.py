@@ -133,13 +133,17 @@ def _with_specials(elem: ElementType, placed, value, n: int):
 
 
 def scale_value(scale: ScaleType, code, specials: bool = True) -> tirx.PrimExpr:
-    """The float32 value of a block scale code (scalar or vector). An E8M0 code is placed in FP32's
-    exponent field; ``specials=False`` leaves out the selects of the codes that placement gets wrong
-    (0 and 255), for codes known to hold neither (:func:`needs_scale_specials`)."""
-    if scale.element is not None:
-        return element_value(scale.element, code)
+    """The float32 value of a block scale code (scalar or vector): an E8M0 code placed in FP32's
+    exponent field, an element-typed code decoded as its element. ``specials=False`` leaves out what
+    only some codes need, for codes known to hold none of them (:func:`needs_scale_specials`): E8M0's
+    selects of 0 and 255; an element's sign and its NaN and Inf selects (the code is placed under
+    FP32's exponent and mantissa fields and multiplied by a power of two)."""
     n = lanes_of(code)
     s = tirx.Cast(_typed("uint32", n), code)
+    if scale.element is not None:
+        if specials or scale.element.ebits <= FEW_EXPONENT_BITS:
+            return element_value(scale.element, code)
+        return _placed_value(scale.element, s)
     value = tirx.reinterpret(_typed("float32", n), s << u32(23, n))
     if not specials:
         return value
@@ -147,14 +151,27 @@ def scale_value(scale: ScaleType, code, specials: bool = True) -> tirx.PrimExpr:
     return tirx.Select(s == u32(255, n), f32(float("nan"), n), value)
 
 
+def _placed_value(elem: ElementType, code):
+    """The value of a float code with its sign bit clear, placed under FP32's exponent and mantissa fields
+    (no NaN or Inf code; a subnormal one passes through an FP32 subnormal)."""
+    n = lanes_of(code)
+    return tirx.reinterpret(_typed("float32", n), code << u32(23 - elem.mbits, n)) * f32(2.0 ** (127 - elem.bias), n)
+
+
 def needs_scale_specials(scale: ScaleType, codes: np.ndarray) -> bool:
-    """Whether any of these scale codes needs :func:`scale_value`'s special cases: a code whose value is not
-    the FP32 its bits make in the exponent field (E8M0's 0 and 255), or any code of a scale that is an
-    element type."""
-    if scale.element is not None:
-        return True
+    """Whether any of these scale codes needs what :func:`scale_value` leaves out without ``specials``: a code
+    whose value is not what its bits make under FP32's fields (E8M0's 0 and 255; an element-typed
+    code with its sign bit set, a NaN or Inf code), or any code of an element with two or fewer exponent
+    bits (decoded without FP32 subnormals, see :func:`element_value`)."""
     used = np.unique(np.asarray(codes, np.uint8)).astype(np.int64)
-    placed = (used << 23).astype(np.uint32).view(np.float32).astype(np.float64)
+    elem = scale.element
+    if elem is None:
+        placed = (used << 23).astype(np.uint32).view(np.float32).astype(np.float64)
+    elif elem.ebits <= FEW_EXPONENT_BITS:
+        return True
+    else:
+        bits = (used << (23 - elem.mbits)).astype(np.uint32).view(np.float32).astype(np.float64)
+        placed = bits * 2.0 ** (127 - elem.bias)
     return not np.array_equal(placed, scale.values[used])
 
 

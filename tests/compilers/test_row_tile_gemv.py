@@ -129,12 +129,15 @@ def test_blocks_with_nan_codes_take_the_scales_nan(isa):
     assert all(rt.scale_nan_code(FORMATS[name]) is None for name in ("mxfp4", "mxint8", "mxfp6_e2m3", "nvfp4"))
 
 
-def test_scale_specials_are_needed_only_for_codes_the_exponent_field_gets_wrong():
+def test_scale_specials_are_needed_only_for_codes_their_placement_gets_wrong():
     e8m0 = FORMATS["mxfp4"].scale
     assert not needs_scale_specials(e8m0, np.array([1, 127, 254], np.uint8))
     assert needs_scale_specials(e8m0, np.array([0, 127], np.uint8))  # 2^-127, an FP32 subnormal
     assert needs_scale_specials(e8m0, np.array([255], np.uint8))  # NaN
-    assert needs_scale_specials(FORMATS["nvfp4"].scale, np.array([56], np.uint8))  # E4M3 scales decode as elements
+    e4m3 = FORMATS["nvfp4"].scale  # an element-typed scale: placed under FP32's fields, times 2^120
+    assert not needs_scale_specials(e4m3, np.array([0, 1, 56, 126], np.uint8))  # zero, a subnormal, 1.0, 448
+    assert needs_scale_specials(e4m3, np.array([127], np.uint8))  # NaN
+    assert needs_scale_specials(e4m3, np.array([128 + 56], np.uint8))  # -1.0: the sign bit
 
 
 def test_only_e5m2_decodes_as_float16():
