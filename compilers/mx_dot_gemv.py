@@ -40,7 +40,7 @@ from edgekit.simulators.reference import unpack_codes
 
 from .kernel_schedules import VECTOR_LANES
 from .row_tile_gemv import LAYOUT as ROW_TILES
-from .row_tile_gemv import VECTORS, int8_table, magnitudes, table_vector, tile_height, tile_rows
+from .row_tile_gemv import VECTORS, int8_table, lane_slice, magnitudes, table_vector, tile_height, tile_rows
 from .row_tile_gemv import applies as row_tiles_fit
 from .tir_decode import i32, scale_value
 
@@ -236,17 +236,14 @@ def _gemv_body(words, negated_words, sums, in_scales, codes, scales, y, fmt: Blo
     f32 = f"float32x{lanes}"
     post = None if tensor_scale is None else tirx.Broadcast(tirx.const(tensor_scale, "float32"), lanes)
 
-    def lane_slice(v):
-        return tirx.Ramp(v * lanes, 1, lanes)
-
     with IRBuilder() as ib, T.parallel(0, n_tiles) as tile:
         acc = T.alloc_buffer((rows,), "float32", scope="local")
         block_sum = T.alloc_buffer((rows,), "int32", scope="local")
         for v in range(VECTORS):
-            T.buffer_store(acc, tirx.Broadcast(tirx.const(0.0, "float32"), lanes), [lane_slice(v)])
+            T.buffer_store(acc, tirx.Broadcast(tirx.const(0.0, "float32"), lanes), [lane_slice(v, lanes)])
         with T.serial(0, n_blocks) as b:
             for v in range(VECTORS):
-                T.buffer_store(block_sum, i32(-source.bias, lanes) * tirx.Broadcast(sums[b], lanes), [lane_slice(v)])
+                T.buffer_store(block_sum, i32(-source.bias, lanes) * tirx.Broadcast(sums[b], lanes), [lane_slice(v, lanes)])
             for chunk in chunks:
                 for v in range(VECTORS):
                     def load(u, v=v):
@@ -259,7 +256,7 @@ def _gemv_body(words, negated_words, sums, in_scales, codes, scales, y, fmt: Blo
                         product = tirx.call_llvm_pure_intrin(shorts, pair_op, *source.quarter(load, qi, *inputs))
                         total = product if total is None else total + product
                     widened = tirx.call_llvm_pure_intrin(f"int32x{lanes}", widen_op, total, ones)
-                    T.buffer_store(block_sum, block_sum.vload([v * lanes], f"int32x{lanes}") + widened, [lane_slice(v)])
+                    T.buffer_store(block_sum, block_sum.vload([v * lanes], f"int32x{lanes}") + widened, [lane_slice(v, lanes)])
             for v in range(VECTORS):
                 # S * xs_low is exact (|S| < 2^18 and xs_low a power of two in [2^-134, 2^100]); the product
                 # with the weight scale rounds at most once, and the rare xs_high > 1 (an input block
@@ -269,7 +266,7 @@ def _gemv_body(words, negated_words, sums, in_scales, codes, scales, y, fmt: Blo
                 value = exact * weight_scale * tirx.Broadcast(in_scales[b, 1], lanes)
                 # rounded before the sum, as the specification's block value is: no FMA may fuse the two
                 value = tirx.call_llvm_pure_intrin(f32, "llvm.arithmetic.fence", value)
-                T.buffer_store(acc, acc.vload([v * lanes], f32) + value, [lane_slice(v)])
+                T.buffer_store(acc, acc.vload([v * lanes], f32) + value, [lane_slice(v, lanes)])
         for v in range(VECTORS):
             out = acc.vload([v * lanes], f32)
             T.buffer_store(y, out * post if post is not None else out, [0, tirx.Ramp(tile * rows + v * lanes, 1, lanes)])

@@ -323,6 +323,11 @@ class _Decoder:
         return low | (words[word + 1] << u32(WORD_BITS - spill, lanes))
 
 
+def lane_slice(v, lanes: int):
+    """The ``lanes`` elements of vector ``v`` of a tile's rows."""
+    return tirx.Ramp(v * lanes, 1, lanes)
+
+
 def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: float | None, specials: bool):
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
@@ -337,22 +342,19 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
     zero = tirx.Broadcast(tirx.const(0.0, "float32"), lanes)
     post = 2.0**-decoder.table_shift * (1.0 if tensor_scale is None else tensor_scale)
 
-    def lane_slice(v):
-        return tirx.Ramp(v * lanes, 1, lanes)
-
     with IRBuilder() as ib, T.parallel(0, n_tiles) as tile:
         acc = T.alloc_buffer((rows,), "float32", scope="local")
         block_sum = T.alloc_buffer((rows,), "float32", scope="local")
         for v in range(VECTORS):
-            T.buffer_store(acc, zero, [lane_slice(v)])
+            T.buffer_store(acc, zero, [lane_slice(v, lanes)])
         with T.serial(0, n_blocks) as b:
             for v in range(VECTORS):
-                T.buffer_store(block_sum, zero, [lane_slice(v)])
+                T.buffer_store(block_sum, zero, [lane_slice(v, lanes)])
             for g_in_block in range(block_groups):
                 g = b * block_groups + g_in_block
                 def accumulate(v, j, value, g=g):
                     xj = tirx.Broadcast(x[0, g * per + j], lanes)
-                    T.buffer_store(block_sum, block_sum.vload([v * lanes], f32) + value * xj, [lane_slice(v)])
+                    T.buffer_store(block_sum, block_sum.vload([v * lanes], f32) + value * xj, [lane_slice(v, lanes)])
 
                 if decoder.pairs:  # one byte code a group
                     for v in range(0, VECTORS, 2):
@@ -368,7 +370,7 @@ def _gemv_body(x, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: fl
             for v in range(VECTORS):
                 scale = scale_value(fmt.scale, scales.vload([tile, b, v * lanes], f"uint8x{lanes}"), specials)
                 T.buffer_store(acc, acc.vload([v * lanes], f32) + block_sum.vload([v * lanes], f32) * scale,
-                               [lane_slice(v)])
+                               [lane_slice(v, lanes)])
         for v in range(VECTORS):
             out = acc.vload([v * lanes], f32)
             if post != 1.0:

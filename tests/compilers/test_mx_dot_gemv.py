@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pytest
 import torch
-import tvm
 from click.testing import CliRunner
 
 from edgekit.cli import main
@@ -25,20 +24,13 @@ from edgekit.simulators.reference import unpack_codes
 
 from .models import seeded
 from .test_compiled_models import assert_float32_close
-from .test_row_tile_gemv import HOST, ISA_TARGETS, ISAS, needs_x86
+from .test_row_tile_gemv import HOST, ISAS, needs_x86, run_gemv
 
 TAKEN = [name for name, fmt in FORMATS.items() if md.applies(fmt, rt.tile_height("avx512"), fmt.block_size, "avx512")]
 
 
 def mx_dot_gemv(q, x: np.ndarray, isa: str) -> np.ndarray:
-    """The kernel as ``lower`` builds it: without the scale decode's special cases where no scale code needs them."""
-    n, k = q.shape
-    codes, scales = md.tile_codes(q.codes, q.scales, q.format, isa)
-    kernel = md.gemv_kernel(q.format, n, k, isa, q.tensor_scale, needs_scale_specials(q.format.scale, scales))
-    lib = tvm.compile(tvm.IRModule({"main": kernel}), target=tvm.target.Target(ISA_TARGETS[isa]))
-    args = [tvm.runtime.tensor(a) for a in (x, codes, scales, np.zeros((1, n), np.float32))]
-    lib["main"](*args)
-    return args[-1].numpy()
+    return run_gemv(md.gemv_kernel, md.tile_codes, q, x, isa)
 
 
 def reference(x: np.ndarray, q) -> np.ndarray:

@@ -30,15 +30,20 @@ ROWS = rt.tile_height("avx512")  # a whole number of tiles on each ISA
 needs_x86 = pytest.mark.skipif(not ISAS, reason="the row-tile GEMV needs an x86 CPU with AVX2 and FMA")
 
 
-def gemv(q: QuantizedTensor, x: np.ndarray, isa: str) -> np.ndarray:
-    """The kernel as ``lower`` builds it: without the scale decode's special cases where no scale code needs them."""
+def run_gemv(gemv_kernel, tiles, q: QuantizedTensor, x: np.ndarray, isa: str) -> np.ndarray:
+    """``gemv_kernel`` over ``tiles``' layout of ``q``'s codes and scales, as ``lower`` builds it: without the
+    scale decode's special cases where no scale code needs them."""
     n, k = q.shape
-    codes, scales = rt.tile_rows(q.codes, q.scales, q.format, isa)
-    kernel = rt.gemv_kernel(q.format, n, k, isa, q.tensor_scale, needs_scale_specials(q.format.scale, scales))
+    codes, scales = tiles(q.codes, q.scales, q.format, isa)
+    kernel = gemv_kernel(q.format, n, k, isa, q.tensor_scale, needs_scale_specials(q.format.scale, scales))
     lib = tvm.compile(tvm.IRModule({"main": kernel}), target=tvm.target.Target(ISA_TARGETS[isa]))
     args = [tvm.runtime.tensor(a) for a in (x, codes, scales, np.zeros((1, n), np.float32))]
     lib["main"](*args)
     return args[-1].numpy()
+
+
+def gemv(q: QuantizedTensor, x: np.ndarray, isa: str) -> np.ndarray:
+    return run_gemv(rt.gemv_kernel, rt.tile_rows, q, x, isa)
 
 
 def test_the_formats_it_takes():
