@@ -36,8 +36,12 @@ Element decode, chosen from the format's row, never its name:
   ``vpunpckhbw`` with zeros place, with AVX-512 a zero extension and a shift.
 * other integer codes: shifted to the top of the lane, shifted back arithmetically (the sign
   extension) and converted; the 2^-fraction_bits goes into the block scale.
-* otherwise (8-bit float codes, or a 4-bit table with NaN on AVX2): ``tir_decode.element_value_top``,
-  the arithmetic decode every other kernel uses, on each code shifted to the top of its lane.
+* other 8-bit float codes without Inf whose NaN the scale carries (E4M3): two per arithmetic shift of
+  16-bit halves, which places each half's top code under bfloat16's fields (FP32's top half); a
+  mask or a shift and a mask makes it FP32, then a multiply by the bias's power of two.
+* otherwise (a 4-bit table with NaN on AVX2, an 8-bit float whose NaN the scale cannot carry):
+  ``tir_decode.element_value_top``, the arithmetic decode every other kernel uses, on each code
+  shifted to the top of its lane.
 
 NaN codes cost no test per weight where the scale has a NaN code of its own (E8M0's 0xFF):
 :func:`tile_rows` gives every block that holds a NaN code that scale, so the block's sum, and
@@ -215,6 +219,8 @@ class _Decoder:
             self.table_pair = [table_vector(fmt.element, self.lanes, self.table_shift, first=first) for first in (0, TABLE_SIZE)]
         elif half_prefix(fmt.element):
             self.mode = "half"
+        elif fmt.element.kind == "float" and self.bits == BYTE_BITS and not self.nan_codes and not fmt.element.inf:
+            self.mode = "halves"
         elif fmt.element.kind == "int":  # sign-extend and convert; 2^-frac_bits goes into the block scale
             self.mode = "int"
             self.table_shift = fmt.element.frac_bits
@@ -225,7 +231,7 @@ class _Decoder:
         """float32 vectors of every code in a group of ``words`` (uint32 lanes), in element order."""
         per = codes_per_group(self.fmt)
         lanes = self.lanes
-        if self.mode in ("permute", "int8", "half"):  # 4- and 8-bit codes: a group is one unit
+        if self.mode in ("permute", "int8", "half", "halves"):  # 4- and 8-bit codes: a group is one unit
             [word] = words
         if self.mode == "permute":
             table = element_value(self.fmt.element, tirx.Ramp(tirx.const(0, "int32"), tirx.const(1, "int32"), lanes))
@@ -252,10 +258,28 @@ class _Decoder:
         if self.mode == "half":  # each byte code widened to 16 bits, shifted to the top and converted as float16
             code16 = tirx.Cast(f"uint16x{lanes}", word) << tirx.Broadcast(tirx.const(8, "uint16"), lanes)
             return [tirx.Cast(self.f32, tirx.reinterpret(f"float16x{lanes}", code16))]
+        if self.mode == "halves":
+            return self._halves(word)
         tops = [tirx.reinterpret(f"int32x{lanes}", self._top(words, j)) for j in range(per)]
         if self.mode == "int":
             return [tirx.Cast(self.f32, top >> i32(WORD_BITS - self.bits, lanes)) for top in tops]
         return [element_value_top(self.fmt.element, top, self.nan_codes) for top in tops]
+
+    def _halves(self, word) -> list:
+        """The four 8-bit float codes of a word (no NaN or Inf code to decode): an arithmetic shift of each
+        16-bit half puts its top code's sign at the half's top and its magnitude under bfloat16's
+        exponent and mantissa, so one shift of 16-bit halves serves two codes and a shift left by 8
+        before it the other two; each bfloat16 becomes FP32 by a mask (a high half) or a shift and a
+        mask (a low half), then a multiply by the power of two of the bias (subnormal codes exact)."""
+        lanes, elem = self.lanes, self.fmt.element
+        halves = tirx.reinterpret(f"int16x{2 * lanes}", word)
+        spread = tirx.Broadcast(tirx.const(8 - elem.ebits, "int16"), 2 * lanes)
+        odd = tirx.reinterpret(f"uint32x{lanes}", halves >> spread)  # codes 1 and 3
+        even = tirx.reinterpret(f"uint32x{lanes}", (halves << tirx.Broadcast(tirx.const(8, "int16"), 2 * lanes)) >> spread)
+        mask = u32(0x80000000 | (((1 << (elem.bits - 1)) - 1) << (23 - elem.mbits)), lanes)
+        placed = [(even << u32(16, lanes)) & mask, (odd << u32(16, lanes)) & mask, even & mask, odd & mask]
+        bias = tirx.Broadcast(tirx.const(2.0 ** (127 - elem.bias), "float32"), lanes)
+        return [tirx.reinterpret(self.f32, bits) * bias for bits in placed]
 
     def _magnitude_lookup(self, top):
         """A float code's value from the top bits of ``top``: its magnitude looked up in a 32-entry

@@ -150,6 +150,13 @@ def test_only_e5m2_decodes_as_float16():
     assert [name for name in TILED if rt.half_prefix(FORMATS[name].element)] == ["mxfp8_e5m2"]
 
 
+def test_e4m3_decodes_two_codes_per_16_bit_shift():
+    """E4M3 (no Inf; its NaN carried by the E8M0 scale) places codes under bfloat16's fields, two per shift."""
+    assert {isa: rt._Decoder(FORMATS["mxfp8_e4m3"], isa).mode for isa in ("avx2", "avx512")} == {
+        "avx2": "halves", "avx512": "halves"}
+    assert rt._Decoder(FORMATS["mxfp8_e5m2"], "avx2").mode == "half"  # Inf codes: converted as float16
+
+
 def test_int8_tables():
     def table(name):
         return rt.int8_table(FORMATS[name].element.values)
