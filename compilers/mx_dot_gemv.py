@@ -81,16 +81,27 @@ def weight_bytes(fmt: BlockFormat) -> tuple[int, int, int] | None:
     return (shift, bias, INT16_MAX // pair_max) if pair_max <= INT16_MAX else None
 
 
+def takes(fmt: BlockFormat) -> bool:
+    """Whether the MX-dot GEMV takes ``fmt``'s weights (given a shape that fits): codes with a byte table
+    (:func:`weight_bytes`) in blocks of whole 16-code groups."""
+    return weight_bytes(fmt) is not None and fmt.block_size % PLANE_GROUP == 0
+
+
 def applies(fmt: BlockFormat, n: int, k: int, isa: str) -> bool:
-    """Whether an ``n x k`` weight in ``fmt`` can take the MX-dot GEMV: codes with a byte table
-    (:func:`weight_bytes`), blocks of whole 16-code groups, and the row-tile layout's shape rules."""
-    return (weight_bytes(fmt) is not None and fmt.block_size % PLANE_GROUP == 0
-            and row_tiles_fit(fmt, n, k, isa))
+    """Whether an ``n x k`` weight in ``fmt`` can take the MX-dot GEMV: :func:`takes` and the row-tile
+    layout's shape rules."""
+    return takes(fmt) and row_tiles_fit(fmt, n, k, isa)
 
 
 def formats_taken() -> list[str]:
-    """The table's formats whose weights the MX-dot GEMV takes (given a shape that fits)."""
-    return [name for name, fmt in FORMATS.items() if weight_bytes(fmt) is not None and fmt.block_size % PLANE_GROUP == 0]
+    """The table's formats whose weights the MX-dot GEMV takes."""
+    return [name for name, fmt in FORMATS.items() if takes(fmt)]
+
+
+def negates_inputs(fmt: BlockFormat, isa: str) -> bool:
+    """Whether the kernel reads the negated input words too: 6-bit codes' signs where ``isa`` has no
+    ``vpsignb`` (a blend picks the input word or its negation)."""
+    return fmt.element.bits == 6 and isa not in SIGN_OPS
 
 
 def plane_bytes(codes: np.ndarray, fmt: BlockFormat) -> np.ndarray:
@@ -168,11 +179,12 @@ class _WeightBytes:
         return magnitude, tirx.Select(self._negative(sign), negated, inputs)
 
 
-def _quantized_input(x, fmt: BlockFormat, table_shift: int):
+def _quantized_input(x, fmt: BlockFormat, table_shift: int, negated: bool):
     """TE stages of the codec's MXINT8 encode of ``x (1, k)`` (floor scale rule, round half to even,
     symmetric saturation; a block with Inf or NaN takes the NaN scale and zero codes):
-    (input words, the same of the negated codes, block code sums, and (blocks, 2) block scales times
-    2^-(frac_bits + table_shift) as two float32 factors, the first at most 2^LOW_SCALE_EXPONENT)."""
+    (input words, block code sums, (blocks, 2) block scales times 2^-(frac_bits + table_shift) as two
+    float32 factors, the first at most 2^LOW_SCALE_EXPONENT), and with ``negated`` the input words of
+    the negated codes too."""
     act = activation_format(fmt)
     elem, block = act.element, act.block_size
     k = int(x.shape[1])
@@ -215,12 +227,12 @@ def _quantized_input(x, fmt: BlockFormat, table_shift: int):
             return sum((((sign * codes[8 * w + h + 2 * t]) & 0xFF) << (8 * t)) for t in range(4))
         return word
 
-    words = [te.compute((k // 4,), words(sign), name=name) for sign, name in ((1, "input_words"), (-1, "negated_input_words"))]
-    return (*words, sums, scales)
+    signs = ((1, "input_words"), (-1, "negated_input_words"))[: 2 if negated else 1]
+    return (*(te.compute((k // 4,), words(sign), name=name) for sign, name in signs), sums, scales)
 
 
-def _gemv_body(words, negated_words, sums, in_scales, codes, scales, y, fmt: BlockFormat, isa: str,
-               tensor_scale: float | None, specials: bool):
+def _gemv_body(words, sums, in_scales, codes, scales, y, fmt: BlockFormat, isa: str, tensor_scale: float | None,
+               specials: bool, negated_words=None):
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as T
 
@@ -251,7 +263,7 @@ def _gemv_body(words, negated_words, sums, in_scales, codes, scales, y, fmt: Blo
                                                                               f"uint32x{lanes}"))
                     total = None
                     for qi in chunk:
-                        inputs = [tirx.reinterpret(source.bytes, tirx.Broadcast(w[b * quarters + qi], lanes))
+                        inputs = [None if w is None else tirx.reinterpret(source.bytes, tirx.Broadcast(w[b * quarters + qi], lanes))
                                   for w in (words, negated_words)]
                         product = tirx.call_llvm_pure_intrin(shorts, pair_op, *source.quarter(load, qi, *inputs))
                         total = product if total is None else total + product
@@ -288,7 +300,8 @@ def gemv_kernel(fmt: BlockFormat, n: int, k: int, isa: str, tensor_scale: float 
     x = te.placeholder((1, k), "float32", name="x")
     codes = te.placeholder((n // rows, k * fmt.element.bits // 32, rows), "uint32", name="codes")
     scales = te.placeholder((n // rows, k // fmt.block_size, rows), "uint8", name="scales")
-    inputs = _quantized_input(x, fmt, weight_bytes(fmt)[0])
-    y = te.extern((1, n), [*inputs, codes, scales],
-                  lambda ins, outs: _gemv_body(*ins, *outs, fmt, isa, tensor_scale, scale_specials), name="mx_dot_gemv", dtype="float32")
+    words, *negated, sums, in_scales = _quantized_input(x, fmt, weight_bytes(fmt)[0], negates_inputs(fmt, isa))
+    y = te.extern((1, n), [words, sums, in_scales, codes, scales, *negated],
+                  lambda ins, outs: _gemv_body(*ins[:5], *outs, fmt, isa, tensor_scale, scale_specials, *ins[5:]),
+                  name="mx_dot_gemv", dtype="float32")
     return te.create_prim_func([x, codes, scales, y]).with_attr("tirx.is_scheduled", True)
