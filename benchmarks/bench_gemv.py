@@ -12,7 +12,7 @@ Part 1, one ``n x k`` Linear layer at batch 1 (``y = x @ W.T``):
     ``lower`` picks for a batch-1 layer on the target (``row_tile_gemv`` where the codes fill 32-bit
     words, else ``dense_kernel`` then ``schedule_dense_cpu``); each result is checked against NumPy
     ``x @ dequantize(quantize(W)).T`` (relative error < 1e-5) before anything is timed;
-  * for the formats it takes (MXFP4, MXINT4, NVFP4), the MX-dot GEMV (``compile --activations mxint8``,
+  * for the formats it takes (MXFP4, MXINT4, NVFP4, MXFP6 E2M3), the MX-dot GEMV (``compile --activations mxint8``,
     ``mx_dot_gemv``): the input quantized to MXINT8 in the kernel, rows marked ``mx-dot``, checked bit
     for bit against ``mx_matmul`` (their relative error is the input's rounding, against the float product);
   * PyTorch eager ``torch.nn.functional.linear``, fp32;

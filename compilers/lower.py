@@ -256,7 +256,7 @@ def row_tiles_apply(fmt_name: str, n: int, k: int, device: str, target) -> bool:
 
 def mx_dot_applies(fmt_name: str, n: int, k: int, device: str, target) -> bool:
     """Whether a batch-1 ``n x k`` layer in ``fmt_name`` can take ``mx_dot_gemv`` (its input quantized
-    to MXINT8) on ``target``: a row-tile GEMV of 4-bit codes with a byte table."""
+    to MXINT8) on ``target``: a row-tile GEMV whose format ``mx_dot_gemv`` takes."""
     return row_tiles_apply(fmt_name, n, k, device, target) and mx_dot_fits(block_format(fmt_name), n, k, vector_isa(target))
 
 
