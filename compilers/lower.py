@@ -31,6 +31,7 @@ from .kernel_schedules import KERNEL_ATTR, PARALLEL_MIN_WEIGHTS, add_kernel, den
 from .liftquant_kernels import emit_layer
 from .mx_dot_gemv import ACTIVATION as MX_DOT_INPUT
 from .mx_dot_gemv import applies as mx_dot_fits
+from .mx_dot_gemv import formats_taken as mx_dot_formats
 from .mx_dot_gemv import gemv_kernel as mx_dot_kernel
 from .mx_dot_gemv import layout as mx_dot_layout
 from .mx_dot_gemv import tile_codes as mx_dot_tiles
@@ -311,7 +312,8 @@ def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu", en
     TVM target) schedules CUDA LiftQuant GEMVs for its arch and picks batch-1 CPU GEMVs for its vector
     units (``row_tile_gemv``). ``activations="mxint8"`` quantizes the input of each of those GEMVs that
     ``mx_dot_gemv`` takes (:func:`mx_dot_applies`) to MXINT8 in the kernel, as an MX matrix unit does;
-    its layer record says so, and the other layers keep their float input.
+    its layer record says so, and the other layers keep their float input. A plan where no layer can
+    is refused.
     """
     if device not in DEVICES:
         raise ValueError(f"device must be one of {', '.join(DEVICES)}, got {device!r}")
@@ -325,6 +327,10 @@ def lower(imported: ImportedModel, plan: dict[str, str], device: str = "cpu", en
     main = mutator.visit_expr(imported.mod["main"])
     mutator.builder_.update_func(mutator.builder_.get().get_global_var("main"), main)
     mod = mutator.builder_.get()
+    if activations != "float32" and not any(r.activations == activations for r in mutator.records.values()):
+        raise ValueError(f"--activations {activations}: no layer of this build can quantize its input here; it "
+                         f"applies to batch-1 Linear layers in {', '.join(mx_dot_formats())} on x86 CPUs with AVX2 "
+                         "(compile with --max-batch 1)")
     missing = sorted(set(plan) - set(mutator.records))
     if missing:
         raise ValueError(f"layers {', '.join(missing)} are not used as a plain matmul, conv2d or conv1d weight "

@@ -28,7 +28,6 @@ from .build import build
 from .export import cuda_source, elf_machine, export_library, nvcc_fatbin
 from .importer import ImportedModel
 from .lower import lower
-from .mx_dot_gemv import formats_taken as mx_dot_formats
 from .plan import make_plan, read_codes
 from .preflight import PreflightError, check_quantizes, preflight
 from .runtime import MANIFEST, source_digest
@@ -70,14 +69,6 @@ def layer_totals(layers: dict) -> dict:
             "codebook_bytes": books, "weight_bits": 8.0 * stored / numel if numel else None}
 
 
-def check_activations_taken(layers: dict, activations: str, target_name: str) -> None:
-    """A clear error where ``activations`` was asked for and no lowered layer could take it."""
-    if not any(r.activations == activations for r in layers.values()):
-        raise ValueError(f"--activations {activations}: no layer of this build can quantize its input on "
-                         f"{target_name}; it applies to batch-1 Linear layers in {', '.join(mx_dot_formats())} "
-                         "on x86 CPUs with AVX2 (compile with --max-batch 1)")
-
-
 def plan_summary(plan: dict[str, str]) -> str:
     """The one format of a uniform plan, else ``mixed``."""
     formats = set(plan.values())
@@ -95,7 +86,7 @@ def compile_imported(imported: ImportedModel, fmt: str, target, out_dir, *, over
     (calibrated, fine-tuned), not encoded again. ``label``, ``kind`` and ``skipped`` (weights the
     import left in float, and why) describe the model in messages and the manifest.
     ``activations="mxint8"``: the batch-1 GEMVs that can quantize their input to MXINT8 in the kernel
-    do (``lower``); an error where no layer can.
+    do (``lower``, which refuses a build where no layer can).
     """
     from edgekit.targets import tvm_target
 
@@ -119,7 +110,6 @@ def compile_imported(imported: ImportedModel, fmt: str, target, out_dir, *, over
     tvm_tgt = tvm_target(target)
     lowered = lower(imported, plan, device, encoded, tvm_tgt, activations)
     if activations != "float32":
-        check_activations_taken(lowered.layers, activations, target.name)
         taken = sum(r.activations == activations for r in lowered.layers.values())
         log(f"{taken} of {len(lowered.layers)} layers quantize their input to {activations}; the others take it as float32")
     log("building ...")

@@ -126,6 +126,8 @@ def test_bad_formats_shapes_and_activations_are_named():
     imported = import_torch(model, (torch.randn(1, 64),))
     with pytest.raises(ValueError, match="activations must be one of float32, mxint8, got 'int8'"):
         lower(imported, make_plan(model, "mxfp4"), "cpu", target=HOST, activations="int8")
+    with pytest.raises(ValueError, match="no layer of this build can quantize its input"):  # MXINT8 weights
+        lower(imported, make_plan(imported.layers, "mxint8"), "cpu", target=HOST, activations="mxint8")
 
 
 def test_the_cli_offers_what_lower_takes():
